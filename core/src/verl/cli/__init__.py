@@ -1,0 +1,1 @@
+"""Command-line interface: ``verl <command> ...`` (see :mod:`verl.cli.main`)."""
