@@ -1,0 +1,4 @@
+"""Test helpers for verl and for plugin authors: tiny models and conformance suites.
+
+Nothing here downloads anything: tiny models and tokenizers are built from a config.
+"""
