@@ -1,0 +1,104 @@
+"""The three engine protocols every backend implements (DESIGN §6).
+
+Tensor layout (DESIGN §5, verl's numerical contract), for a batch of ``bs`` rows:
+
+* ``prompts``: ``(bs, prompt_len)`` int64, left-padded with the pad id.
+* ``responses``: ``(bs, resp_len)`` int64, right-padded with the pad id.
+* ``input_ids = cat([prompts, responses], -1)``: ``(bs, prompt_len + resp_len)``.
+* ``attention_mask``: same shape, 1 on real tokens (prompt and response, EOS included).
+* ``position_ids = clip(cumsum(attention_mask, -1) - 1, min=0)``.
+* ``response_mask``: ``(bs, resp_len)`` = ``attention_mask[:, prompt_len:]`` for plain
+  generation (EOS included, padding excluded).
+* log-probs / entropy / values: ``(bs, resp_len)`` float32, position ``t`` scores
+  ``responses[:, t]`` (logits at input position ``prompt_len - 1 + t``).
+
+Engines exchange :class:`verl.protocol.DataProto` objects with the controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from verl.protocol import DataProto
+
+# A loss function for TrainingEngine.train_batch: given one micro-batch (as DataProto) and the
+# model outputs for it, return (loss tensor to backprop, metrics dict). The engine sums the
+# micro-batch losses (they must already be globally normalised, DESIGN §5).
+LossFn = Callable[["DataProto", dict[str, "torch.Tensor"]], tuple["torch.Tensor", dict[str, Any]]]
+
+
+@runtime_checkable
+class TrainingEngine(Protocol):
+    """Owns a model (+ optimizer and LR schedule when trainable) on one data-parallel rank."""
+
+    def compute_log_prob(self, data: DataProto, *, calculate_entropy: bool = False) -> DataProto:
+        """Return ``old_log_probs`` (and ``entropys``) ``(bs, resp_len)`` float32 for ``data``.
+
+        Logits are divided by ``data.meta_info["temperature"]`` before the log-softmax.
+        """
+        ...
+
+    def train_batch(self, data: DataProto, loss_fn: LossFn) -> dict[str, Any]:
+        """Run mini-batches x micro-batches x epochs of updates on ``data``; return metrics."""
+        ...
+
+    def iter_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(hf_parameter_name, full_tensor)`` pairs for weight sync to a rollout engine."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: model, optimizer, LR scheduler, step counters."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        ...
+
+    def offload(self) -> None:
+        """Free accelerator memory held by this engine (no-op where meaningless)."""
+        ...
+
+    def onload(self) -> None:
+        """Undo :meth:`offload`."""
+        ...
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """Generates responses for a batch of left-padded prompts."""
+
+    def generate(self, prompts: DataProto) -> DataProto:
+        """Generate for every row of ``prompts`` (already repeated ``n`` times by the trainer).
+
+        Input batch keys: ``input_ids``, ``attention_mask``, ``position_ids`` ``(bs, prompt_len)``.
+        ``meta_info`` may override sampling (``do_sample``, ``temperature``, ``top_p``, ``top_k``,
+        ``validate``). Output batch keys: ``prompts, responses, response_mask, input_ids,
+        attention_mask, position_ids`` (+ ``rollout_log_probs`` when configured).
+        """
+        ...
+
+    def update_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Load ``(hf_name, tensor)`` pairs into the live model; later generations use them."""
+        ...
+
+    def sleep(self) -> None:
+        """Release memory between generations (hybrid mode); no-op where meaningless."""
+        ...
+
+    def wake_up(self) -> None:
+        """Undo :meth:`sleep`."""
+        ...
+
+
+@runtime_checkable
+class CheckpointEngine(Protocol):
+    """Moves trainer weights into a rollout engine (weight sync, not disk checkpoints)."""
+
+    def sync(self, trainer: TrainingEngine, rollout: RolloutEngine) -> dict[str, Any]:
+        """Push the trainer's current weights into the rollout engine; return metrics
+        (e.g. ``bytes``, ``tensors``, seconds)."""
+        ...
