@@ -15,6 +15,7 @@ from collections.abc import Sequence
 # command name -> module path. Keep alphabetical.
 COMMANDS: dict[str, str] = {
     "config": "verl.cli.config_cmd",
+    "data": "verl.cli.data_cmd",
     "plugins": "verl.cli.plugins_cmd",
 }
 

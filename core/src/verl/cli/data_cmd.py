@@ -1,0 +1,55 @@
+"""``verl data``: prepare datasets in verl's parquet format.
+
+``verl data gsm8k [--out DIR] [--source DIR] [--skip-bad-rows]`` converts the GSM8K copy shipped with
+verl-core (or the jsonl files in ``--source``) to ``DIR/train.parquet`` and ``DIR/test.parquet``.
+The default ``DIR`` is ``~/data/gsm8k``, verl's own default, so verl-style overrides such as
+``data.train_files=$HOME/data/gsm8k/train.parquet`` work unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "prepare datasets in verl's parquet format (gsm8k)"
+
+DEFAULT_GSM8K_OUT = "~/data/gsm8k"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="dataset", metavar="DATASET")
+    gsm8k = sub.add_parser(
+        "gsm8k",
+        help="GSM8K (7473 train / 1319 test, MIT) -> train.parquet, test.parquet",
+        description="Write GSM8K as verl parquet (data_source, prompt, ability, reward_model, extra_info).",
+    )
+    gsm8k.add_argument(
+        "--out", default=DEFAULT_GSM8K_OUT, help=f"output folder (default: {DEFAULT_GSM8K_OUT}, as in verl)"
+    )
+    gsm8k.add_argument(
+        "--source",
+        default=None,
+        help="folder with train.jsonl[.gz] and test.jsonl[.gz] (default: the copy shipped with verl-core)",
+    )
+    gsm8k.add_argument("--skip-bad-rows", action="store_true", help="drop malformed rows instead of failing")
+    parser.set_defaults(_data_parser=parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "dataset", None) != "gsm8k":
+        args._data_parser.print_help(sys.stderr)
+        return 2
+
+    import pyarrow.parquet as pq
+
+    from verl.data.gsm8k import prepare_gsm8k
+
+    try:
+        paths = prepare_gsm8k(Path(args.out), args.source, skip_bad_rows=args.skip_bad_rows)
+    except (OSError, ValueError) as exc:
+        print(f"verl data gsm8k: error: {exc}", file=sys.stderr)
+        return 1
+    for split, path in paths.items():
+        print(f"{split}: {path} ({pq.ParquetFile(path).metadata.num_rows} rows)")
+    return 0
