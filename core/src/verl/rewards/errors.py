@@ -1,0 +1,54 @@
+"""Exceptions raised by :mod:`verl.rewards`.
+
+All of them derive from :class:`ValueError` (team contract); the configuration errors are raised no matter which
+``on_error`` policy the reward manager uses, because a wrong data source or a wrong keyword is never a per-sample
+accident and must not be silently scored zero.
+"""
+
+from __future__ import annotations
+
+
+class RewardConfigError(ValueError):
+    """The reward configuration is wrong (unknown data source, unknown keyword, bad custom function)."""
+
+
+class UnknownDataSourceError(RewardConfigError):
+    """``default_compute_score`` has no built-in scorer for this ``data_source``."""
+
+
+class UnknownRewardKwargError(RewardConfigError, TypeError):
+    """A keyword in ``reward_kwargs`` is accepted by no built-in scorer (usually a typo)."""
+
+
+class RewardFunctionLoadError(RewardConfigError):
+    """``custom_reward_function.path`` / ``.name`` could not be turned into a usable scoring function."""
+
+
+class RewardInputError(ValueError):
+    """The batch handed to the reward manager lacks a field it needs or has inconsistent shapes."""
+
+
+class RewardFunctionError(ValueError):
+    """A scoring function failed on one sample and the manager runs with ``on_error="fail"``.
+
+    Attributes:
+        index: row of the sample in the batch.
+        data_source: the sample's ``data_source`` (value of ``reward_fn_key``).
+        kind: ``"exception"``, ``"timeout"`` or ``"invalid_result"``.
+        detail: short description of what went wrong.
+    The original exception, if any, is chained as ``__cause__``.
+    """
+
+    def __init__(self, index: int, data_source: object, kind: str, detail: str) -> None:
+        self.index = index
+        self.data_source = data_source
+        self.kind = kind
+        self.detail = detail
+        super().__init__(
+            f"reward function failed on sample {index} (data_source={data_source!r}): {kind}: {detail}. "
+            "Fix the scoring function, or construct the reward manager with on_error='zero' to score such "
+            "samples 0.0 and count them in the reward/errors metric."
+        )
+
+    def __reduce__(self):  # keep the exception picklable (worker processes, Ray)
+        return (type(self), (self.index, self.data_source, self.kind, self.detail))

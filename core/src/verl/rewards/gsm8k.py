@@ -1,0 +1,128 @@
+"""Rule-based GSM8K scorer (verl/utils/reward_score/gsm8k.py, ReFT: Trung et al., ACL 2024).
+
+Differences from verl's string comparison, all deliberate (known-failures K14, K15):
+
+* answers and references are compared as **numbers** (``decimal.Decimal``), so ``"-3.0" == "-3"``,
+  ``"29.00" == "29"`` and ``"1,234" == "1234"``; a non-numeric reference falls back to exact string comparison;
+* the sign is kept (``"-3"`` never matches ``"3"``), a leading ``"+"`` is accepted, and so is the Unicode minus;
+* ``"$"`` and thousands separators are accepted by the strict pattern and dropped;
+* a sentence-final period is not part of the number (``"42."`` -> ``42``);
+* a hyphen glued to a preceding word or digit (``"10-12"``) is a dash, not a minus sign.
+
+Only the last 300 characters are searched, as in verl; an answer that straddles that boundary is read whole
+instead of being cut in two.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+__all__ = ["compute_score", "extract_solution", "METHODS"]
+
+METHODS = ("strict", "flexible")
+
+_SOLUTION_CLIP_CHARS = 300
+_MINUS_SIGNS = ("-", "\u2212")
+# An answer ("#### $1,234" or a number) straddling the clip boundary is kept whole if it starts this close to it.
+_CLIP_SLACK_CHARS = 64
+
+# Thousands groups must be complete ("1,234" but not "1,23"), so "3, 4, 5" and "3,4" are separate numbers.
+_BODY = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+"
+# A sign counts only when it does not follow a word character or a dot ("10-12" is a range, "x-3" a difference).
+_NUMBER = (
+    r"(?:(?<![\w.])(?P<sign1>[+\-\u2212]))?"
+    r"(?:\$(?P<sign2>[+\-\u2212])?)?"
+    r"(?P<body>" + _BODY + r")"
+)
+_STRICT_RE = re.compile(r"####\s*" + _NUMBER)
+_FLEXIBLE_RE = re.compile(_NUMBER)
+_FULL_NUMBER_RE = re.compile(r"\s*" + _NUMBER + r"\s*\.?\s*")
+
+
+def _last_match(pattern: re.Pattern, solution_str: str) -> re.Match | None:
+    """Last match that ends inside the final 300 characters (it may start a little earlier)."""
+    window_start = max(0, len(solution_str) - _SOLUTION_CLIP_CHARS)
+    last = None
+    for last in pattern.finditer(solution_str, max(0, window_start - _CLIP_SLACK_CHARS)):  # noqa: B007
+        pass
+    return last if last is not None and last.end() > window_start else None
+
+
+def _canonical(match: re.Match) -> str:
+    """Signed number text without "$", "+" and thousands separators, e.g. "-1234.00"."""
+    sign = match.group("sign1") or match.group("sign2") or ""
+    body = match.group("body").replace(",", "")
+    return ("-" if sign in _MINUS_SIGNS else "") + body
+
+
+def extract_solution(solution_str: str, method: str = "strict") -> str | None:
+    """Extract the final numeric answer from a model response.
+
+    Args:
+        solution_str: decoded response text; only its last 300 characters are searched.
+        method: ``"strict"`` takes the number after the last ``"####"`` marker (optional spaces, sign and
+            ``"$"`` allowed: ``"#### -$1,234.50"``); ``"flexible"`` takes the last number anywhere in the text.
+
+    Returns:
+        The answer as canonical number text (``"-"`` kept, ``"+"``, ``"$"`` and ``","`` dropped, digits unchanged:
+        ``"#### $1,234.00"`` -> ``"1234.00"``), or ``None`` when no answer is found.
+
+    Raises:
+        ValueError: ``method`` is not ``"strict"`` or ``"flexible"``.
+        TypeError: ``solution_str`` is not a string.
+    """
+    if method not in METHODS:
+        raise ValueError(f"gsm8k method={method!r} is not supported; use one of {METHODS} (reward_kwargs.method)")
+    if not isinstance(solution_str, str):
+        raise TypeError(f"gsm8k solution_str must be str, got {type(solution_str).__name__}")
+    last = _last_match(_STRICT_RE if method == "strict" else _FLEXIBLE_RE, solution_str)
+    return None if last is None else _canonical(last)
+
+
+def _to_decimal(text: str) -> Decimal | None:
+    match = _FULL_NUMBER_RE.fullmatch(text)
+    if match is not None:
+        return Decimal(_canonical(match))
+    try:  # references such as "1e3" that the answer pattern does not cover
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def _answers_match(answer: str, ground_truth: object) -> bool:
+    reference = str(ground_truth).strip()
+    expected = _to_decimal(reference)
+    if expected is None:
+        return answer == reference
+    return Decimal(answer) == expected
+
+
+def compute_score(
+    solution_str: str,
+    ground_truth: str | int | float,
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
+) -> float:
+    """Score a GSM8K response against the reference answer.
+
+    Args:
+        solution_str: decoded response text.
+        ground_truth: reference answer, e.g. ``"72"`` (the part after ``"####"`` in the dataset); numbers and
+            numeric strings with ``"$"``, sign, commas or decimals are compared numerically.
+        method: ``"strict"`` or ``"flexible"``, see :func:`extract_solution`.
+        format_score: returned when an answer was found but is wrong.
+        score: returned when the answer equals the reference.
+
+    Returns:
+        ``score`` if the answer matches, ``format_score`` if an answer was found but differs, ``0.0`` if none.
+
+    Raises:
+        ValueError: unknown ``method``.  TypeError: ``solution_str`` is not a string.
+    """
+    answer = extract_solution(solution_str, method=method)
+    if answer is None:
+        return 0.0
+    return float(score) if _answers_match(answer, ground_truth) else float(format_score)

@@ -1,0 +1,167 @@
+"""GSM8K scorer: known-failures K14 (signs) and K15 (formatting), plus extra formats and properties."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verl.rewards.gsm8k import compute_score, extract_solution
+
+GSM8K_DIR = Path("/work/shared/data/gsm8k")
+
+
+# --------------------------------------------------------------------------------------------------- K14
+@pytest.mark.parametrize(
+    ("response", "truth", "expected"),
+    [
+        ("Let me compute. 5 - 8 = -3 #### -3", "-3", 1.0),  # (a)
+        ("#### 3", "-3", 0.0),  # (b) wrong sign never matches
+        ("#### +7", "7", 1.0),  # (c)
+        ("#### -3.0", "-3", 1.0),  # (d) compared as numbers
+        ("#### -3", "3", 0.0),  # sign is not stripped from the answer either
+        ("#### \u22123", "-3", 1.0),  # Unicode minus sign
+        ("#### -$3", "-3", 1.0),
+        ("#### $-3", "-3", 1.0),
+    ],
+)
+def test_k14_signs(response, truth, expected):
+    assert compute_score(response, truth) == expected
+
+
+def test_k14_flexible_keeps_sign():
+    assert compute_score("the temperature drops to -12 degrees", "-12", method="flexible") == 1.0
+    assert compute_score("the temperature drops to -12 degrees", "12", method="flexible") == 0.0
+
+
+# --------------------------------------------------------------------------------------------------- K15
+@pytest.mark.parametrize(
+    ("response", "truth", "method", "expected"),
+    [
+        ("The answer is $1,234.00", "1234", "flexible", 1.0),  # known wrong parse: 234.0
+        ("#### 1,234", "1234", "strict", 1.0),
+        ("#### $1,234", "1234", "strict", 1.0),
+        ("#### 29.00", "29", "strict", 1.0),
+        ("The answer is 42.", "42", "flexible", 1.0),  # sentence-final period is not part of the number
+        ("The answer is 1234", "1234", "strict", 0.0),  # no "####": strict finds nothing
+        ("First 7 then 1234 in the end", "1234", "flexible", 1.0),  # flexible: last number
+        ("First 1234 then 7 in the end", "1234", "flexible", 0.0),
+    ],
+)
+def test_k15_formatting(response, truth, method, expected):
+    assert compute_score(response, truth, method=method) == expected
+
+
+def test_k15_strict_without_marker_scores_zero_even_with_format_score():
+    # no answer found -> 0, not format_score
+    assert compute_score("The answer is 1234", "1234", method="strict", format_score=0.1) == 0.0
+
+
+# --------------------------------------------------------------------------------------------- extraction
+@pytest.mark.parametrize(
+    ("text", "method", "expected"),
+    [
+        ("#### 72", "strict", "72"),
+        ("####72", "strict", "72"),
+        ("####   72 apples", "strict", "72"),
+        ("#### $1,234.50", "strict", "1234.50"),
+        ("#### 1,234,567", "strict", "1234567"),
+        ("#### 0.5", "strict", "0.5"),
+        ("#### .5", "strict", ".5"),
+        ("#### 18.", "strict", "18"),
+        ("#### 1 #### 2", "strict", "2"),  # the last marker wins
+        ("#### abc", "strict", None),
+        ("####", "strict", None),
+        ("", "strict", None),
+        ("no digits here", "flexible", None),
+        ("pages 10-12", "flexible", "12"),  # a dash between numbers is not a minus sign
+        ("x-3 is small", "flexible", "3"),
+        ("we get 3, 4, 5.", "flexible", "5"),  # list commas are not thousands separators
+        ("about 3,4", "flexible", "4"),
+        ("sum is 1,2345", "flexible", "2345"),  # incomplete thousands group
+        ("$5-3", "flexible", "3"),
+        ("cost: $12.50.", "flexible", "12.50"),
+        ("it is 50%", "flexible", "50"),
+        ("#### 7\nThe answer: 9", "flexible", "9"),
+    ],
+)
+def test_extract_solution(text, method, expected):
+    assert extract_solution(text, method=method) == expected
+
+
+def test_only_last_300_chars_are_searched():
+    assert extract_solution("#### 5" + " filler" * 60, "strict") is None
+    assert extract_solution("x" * 1000 + "#### 5", "strict") == "5"
+
+
+def test_clip_never_cuts_a_number_in_two():
+    # the number straddles the 300-char boundary: its leading digits must not be lost
+    text = "#### 123456789" + "." + " " * 298
+    assert len(text) - 300 < text.index("1") + 9
+    assert extract_solution(text, "strict") == "123456789"
+    assert extract_solution("1,234,567" + "z" * 295, "flexible") == "1234567"
+    # the "####" marker itself straddles the boundary (the window starts at its fourth "#")
+    assert extract_solution("#### 72" + " " * 296, "strict") == "72"
+
+
+def test_format_score_and_score_values():
+    assert compute_score("#### 5", "6", format_score=0.1) == pytest.approx(0.1)
+    assert compute_score("#### 6", "6", score=2.0) == 2.0
+    assert compute_score("nothing", "6", format_score=0.1, method="flexible") == 0.0
+    assert isinstance(compute_score("nothing", "6"), float)
+
+
+@pytest.mark.parametrize(
+    ("truth", "expected"),
+    [(72, 1.0), (72.0, 1.0), ("72", 1.0), (" 72 ", 1.0), ("$72", 1.0), ("72.000", 1.0), ("7.2e1", 1.0), ("73", 0.0)],
+)
+def test_ground_truth_forms(truth, expected):
+    assert compute_score("#### 72", truth) == expected
+
+
+def test_non_numeric_ground_truth_falls_back_to_string_equality():
+    assert compute_score("#### 5", "five") == 0.0
+    assert compute_score("#### 5", "nan") == 0.0  # "nan" is not a finite reference number
+
+
+def test_invalid_method_and_type():
+    with pytest.raises(ValueError, match="strict"):
+        extract_solution("#### 5", method="loose")
+    with pytest.raises(TypeError, match="str"):
+        compute_score(None, "5")
+
+
+def test_dataset_answers_score_one_against_their_own_reference():
+    # Every reference solution in the shipped data must score 1.0 in strict mode against its own final answer.
+    rows = []
+    for path in sorted(GSM8K_DIR.glob("*.jsonl")):
+        with path.open() as f:
+            rows.extend(json.loads(line) for _, line in zip(range(300), f, strict=False))
+    if not rows:
+        pytest.skip(f"no GSM8K data under {GSM8K_DIR}")
+    for row in rows:
+        truth = row["answer"].split("####")[-1].strip().replace(",", "")
+        assert compute_score(row["answer"], truth) == 1.0, row["answer"][-80:]
+
+
+# -------------------------------------------------------------------------------------------- properties
+@settings(max_examples=200, deadline=None)
+@given(value=st.integers(min_value=-(10**9), max_value=10**9), commas=st.booleans(), dollar=st.booleans())
+def test_property_integer_roundtrip(value, commas, dollar):
+    body = f"{abs(value):,}" if commas else str(abs(value))
+    text = ("-" if value < 0 else "") + ("$" if dollar else "") + body
+    assert compute_score(f"Reasoning...\n#### {text}", str(value)) == 1.0
+    assert compute_score(f"So the answer is {text}.", str(value), method="flexible") == 1.0
+    assert compute_score(f"#### {text}", str(value + 1)) == 0.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=400))
+def test_property_never_raises_on_arbitrary_text(text):
+    for method in ("strict", "flexible"):
+        answer = extract_solution(text, method=method)
+        assert answer is None or isinstance(answer, str)
+        assert compute_score(text, "12", method=method) in (0.0, 1.0)
