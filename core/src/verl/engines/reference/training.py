@@ -1,0 +1,342 @@
+"""Reference training engine: single-process PyTorch on a HF ``AutoModelForCausalLM``.
+
+``actor_rollout_ref.actor.strategy=reference``. It is the embedded default on CPU and the
+numerical oracle that backend plugins (FSDP, Megatron) are compared against, so it favours
+exactness and clarity over speed:
+
+* log-probs follow DESIGN §5: logits divided by the rollout temperature, response
+  log-prob ``t`` read from input position ``prompt_len - 1 + t``;
+* ``train_batch`` splits the batch into mini-batches (``ppo_mini_batch_size`` rows, already
+  multiplied by ``rollout.n`` by the caller), runs ``ppo_epochs`` epochs, accumulates the
+  micro-batch losses (the loss function normalises globally, so the sum equals one pass
+  over the mini-batch, K04), clips the gradient and steps AdamW once per mini-batch; a
+  non-finite grad norm skips the step and is counted;
+* the LR scheduler steps once per ``train_batch`` call (verl: once per training step).
+
+Follows ``verl/workers/engine/fsdp/transformer_impl.py`` and
+``verl/workers/engine_workers.py:TrainingWorker.train_mini_batch`` in semantics.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import torch
+
+from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budget_plan, trim_padding
+from verl.engines.optim import build_lr_scheduler, build_optimizer
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+@attrs.frozen(kw_only=True)
+class EngineSettings:
+    """Batch and precision settings of one training engine (one role).
+
+    Attributes:
+        mini_batch_size: rows per optimizer step (``ppo_mini_batch_size * rollout.n``).
+        micro_batch_size: rows per forward/backward (``ppo_micro_batch_size_per_gpu``); used when
+            ``use_dynamic_bsz`` is false; ``None`` = the whole mini-batch.
+        use_dynamic_bsz: plan training micro-batches by a token budget instead.
+        max_token_len: token budget per training micro-batch (``ppo_max_token_len_per_gpu``).
+        ppo_epochs: passes over each batch.
+        shuffle: shuffle rows between epochs (seeded by ``data_loader_seed``).
+        data_loader_seed: seed of that shuffle.
+        infer_micro_batch_size: rows per forward in ``compute_log_prob`` (``None`` = all).
+        infer_use_dynamic_bsz / infer_max_token_len: token budget for ``compute_log_prob``.
+        clip_grad: max global grad norm (``optim.clip_grad``).
+        dtype: parameter dtype (``float32`` is the CPU dtype; bf16 matmuls are ~6x slower there).
+        gradient_checkpointing: recompute activations in backward to save memory.
+    """
+
+    mini_batch_size: int = 8
+    micro_batch_size: int | None = None
+    use_dynamic_bsz: bool = False
+    max_token_len: int = 16384
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    data_loader_seed: int = 42
+    infer_micro_batch_size: int | None = None
+    infer_use_dynamic_bsz: bool = False
+    infer_max_token_len: int = 16384
+    clip_grad: float = 1.0
+    dtype: str = "float32"
+    gradient_checkpointing: bool = False
+
+
+class ReferenceTrainingEngine:
+    """Trains (or, with ``optim=None``, only evaluates) a causal LM in one process.
+
+    Args:
+        model: a HF folder path or an already built ``PreTrainedModel``.
+        settings: :class:`EngineSettings`.
+        optim: the ``optim`` config section; ``None`` makes a forward-only engine (the
+            reference policy for ``use_kl_loss`` / in-reward KL).
+        total_training_steps: horizon of the LR schedule (training steps).
+        device: torch device to run on (from the platform).
+
+    Raises:
+        ValueError: for an unknown dtype or a model that cannot be loaded as a causal LM.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        settings: EngineSettings,
+        *,
+        optim: Any = None,
+        total_training_steps: int = 1,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.settings = settings
+        self.device = torch.device(device)
+        if settings.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {settings.dtype!r}")
+        self.model = self._load(model, _DTYPES[settings.dtype]).to(self.device)
+        self.model.config.use_cache = False
+        self.trainable = optim is not None
+        if settings.gradient_checkpointing and self.trainable:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.optimizer = build_optimizer(self.model.parameters(), optim) if self.trainable else None
+        self.lr_scheduler = (
+            build_lr_scheduler(self.optimizer, optim, max(1, int(total_training_steps))) if self.trainable else None
+        )
+        self.global_step = 0  # training steps (train_batch calls) done
+        self.skipped_steps = 0  # optimizer steps skipped for a non-finite grad norm
+        if not self.trainable:
+            self.model.requires_grad_(False)
+        self.model.train(False)
+
+    @staticmethod
+    def _load(model: Any, dtype: torch.dtype) -> torch.nn.Module:
+        if isinstance(model, torch.nn.Module):
+            return model.to(dtype)
+        from transformers import AutoModelForCausalLM
+
+        try:
+            return AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot load {model!r} as a causal LM (AutoModelForCausalLM): {exc}") from exc
+
+    # ------------------------------------------------------------------ forward
+
+    def forward_micro_batch(
+        self, batch: Any, temperature: float, *, calculate_entropy: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """Response log-probs (and entropy) of one micro-batch, with grad if enabled.
+
+        Args:
+            batch: mapping with ``input_ids``, ``attention_mask``, ``position_ids``
+                ``(bs, prompt_len + resp_len)`` and ``responses`` ``(bs, resp_len)``.
+            temperature: rollout temperature; logits are divided by it (K09). Must be > 0.
+            calculate_entropy: also return ``entropys``.
+
+        Returns:
+            ``{"log_probs": (bs, resp_len) float32, "entropys": (bs, resp_len) float32}``;
+            0 wherever the response is padding.
+
+        Raises:
+            ValueError: if ``temperature`` is not a positive finite number.
+        """
+        if not (math.isfinite(temperature) and temperature > 0):
+            raise ValueError(f"temperature must be > 0 to compute log-probs, got {temperature!r}")
+        responses = batch["responses"].to(self.device)
+        bs, resp_len = responses.shape
+        input_ids, attention_mask, position_ids, _, kept = trim_padding(
+            batch["input_ids"].to(self.device),
+            batch["attention_mask"].to(self.device),
+            batch["position_ids"].to(self.device),
+            resp_len,
+        )
+        pad = torch.zeros(bs, resp_len - kept, dtype=torch.float32, device=self.device)
+        if kept == 0:  # every response in this micro-batch is empty
+            out = {"log_probs": pad}
+            if calculate_entropy:
+                out["entropys"] = pad.clone()
+            return out
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+        # The logit at position p scores token p+1, so the response slice starts one column early.
+        seq = input_ids.shape[1]
+        logits = logits[:, seq - kept - 1 : seq - 1, :].float() / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        log_probs = torch.gather(logp_all, -1, responses[:, :kept].unsqueeze(-1)).squeeze(-1)
+        # Padding slots hold 0 (not the pad token's log-prob) so no consumer can pick them up by mistake.
+        valid = attention_mask[:, seq - kept :].bool()
+        out = {"log_probs": torch.cat([torch.where(valid, log_probs, 0.0), pad], dim=1)}
+        if calculate_entropy:
+            entropy = torch.logsumexp(logits, dim=-1) - (logp_all.exp() * logits).sum(-1)
+            out["entropys"] = torch.cat([torch.where(valid, entropy, 0.0), pad], dim=1)
+        return out
+
+    @staticmethod
+    def _plan(data: Any, *, use_dynamic: bool, micro: int | None, max_tokens: int) -> list[list[int]]:
+        if use_dynamic:
+            return token_budget_plan(data.batch["attention_mask"].sum(-1), max_tokens)
+        return fixed_size_plan(len(data), micro or len(data))
+
+    @torch.no_grad()
+    def compute_log_prob(self, data: Any, *, calculate_entropy: bool = False) -> Any:
+        """Log-probs of ``data``'s responses under the current weights (no grad).
+
+        Args:
+            data: DataProto with ``input_ids, attention_mask, position_ids, responses`` and
+                ``meta_info["temperature"]`` (default 1.0).
+            calculate_entropy: also return ``entropys``.
+
+        Returns:
+            DataProto with ``old_log_probs`` (and ``entropys``) ``(bs, resp_len)`` float32, in
+            the input's row order.
+        """
+        from verl.protocol import DataProto
+
+        s = self.settings
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        plan = self._plan(
+            data, use_dynamic=s.infer_use_dynamic_bsz, micro=s.infer_micro_batch_size, max_tokens=s.infer_max_token_len
+        )
+        outs: dict[str, list[torch.Tensor]] = defaultdict(list)
+        for rows in plan:
+            micro = data.batch[torch.tensor(rows)]
+            for key, value in self.forward_micro_batch(micro, temperature, calculate_entropy=calculate_entropy).items():
+                outs[key].append(value.cpu())
+        tensors = {"old_log_probs": restore_order(plan, outs["log_probs"])}
+        if calculate_entropy:
+            tensors["entropys"] = restore_order(plan, outs["entropys"])
+        return DataProto.from_dict(tensors=tensors, meta_info={"temperature": temperature})
+
+    # ------------------------------------------------------------------ training
+
+    def train_batch(self, data: Any, loss_fn: Any) -> dict[str, list[float]]:
+        """Update the model on ``data``: one optimizer step per mini-batch per epoch.
+
+        Args:
+            data: DataProto with the forward inputs, ``response_mask``, whatever ``loss_fn``
+                reads, and ``meta_info["temperature"]``.
+            loss_fn: ``loss_fn(micro: DataProto, outputs: dict, norm: dict) -> (loss, metrics)``;
+                ``norm`` carries ``batch_num_tokens`` (valid response tokens of the whole
+                mini-batch), ``global_batch_size`` (rows of the mini-batch) and ``dp_size`` (1),
+                so that summing micro-batch losses gives the mini-batch loss (DESIGN §5, K04).
+
+        Returns:
+            metrics as lists of floats: the loss function's metrics per micro-batch, plus
+            ``actor/grad_norm`` and ``actor/lr`` per optimizer step and ``actor/skipped_steps``
+            (non-finite grad norms so far).
+
+        Raises:
+            RuntimeError: if the engine was built forward-only.
+            ValueError: if the batch is not divisible into mini-batches.
+        """
+        if not self.trainable:
+            raise RuntimeError("this engine is forward-only (built with optim=None) and cannot train")
+        s = self.settings
+        n = len(data)
+        mini = min(s.mini_batch_size, n)
+        if n % mini:
+            raise ValueError(f"batch of {n} rows is not divisible into mini-batches of {mini} rows")
+        temperature = float(data.meta_info.get("temperature", 1.0))
+        metrics: dict[str, list[float]] = defaultdict(list)
+        self.model.train(True)
+        try:
+            for epoch in range(s.ppo_epochs):
+                order = torch.arange(n)
+                if s.shuffle:
+                    gen = torch.Generator().manual_seed(s.data_loader_seed + 1_000_003 * self.global_step + epoch)
+                    order = torch.randperm(n, generator=gen)
+                for start in range(0, n, mini):
+                    self._train_mini_batch(data[order[start : start + mini]], loss_fn, temperature, metrics)
+        finally:
+            self.model.train(False)
+        self.lr_scheduler.step()
+        self.global_step += 1
+        metrics["actor/skipped_steps"].append(float(self.skipped_steps))
+        return dict(metrics)
+
+    def _train_mini_batch(self, mb: Any, loss_fn: Any, temperature: float, metrics: dict[str, list[float]]) -> None:
+        s = self.settings
+        norm = {"batch_num_tokens": int(mb.batch["response_mask"].sum()), "global_batch_size": len(mb), "dp_size": 1}
+        plan = self._plan(mb, use_dynamic=s.use_dynamic_bsz, micro=s.micro_batch_size, max_tokens=s.max_token_len)
+        self.optimizer.zero_grad(set_to_none=True)
+        for rows in plan:
+            micro = mb[rows]
+            outputs = self.forward_micro_batch(micro.batch, temperature, calculate_entropy=True)
+            loss, micro_metrics = loss_fn(micro, outputs, norm)
+            loss.backward()
+            for key, value in micro_metrics.items():
+                metrics[key].append(float(value))
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=s.clip_grad)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            # A non-finite norm means some gradient is inf/NaN: applying it would corrupt the weights.
+            self.skipped_steps += 1
+            logger.warning(
+                "non-finite grad norm (%s): optimizer step skipped (%d so far)", grad_norm, self.skipped_steps
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics["actor/grad_norm"].append(float(grad_norm))
+        metrics["actor/lr"].append(float(self.optimizer.param_groups[0]["lr"]))
+
+    # ------------------------------------------------------------------ weights & state
+
+    def iter_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(hf_name, tensor)`` for every entry of the model's state dict.
+
+        Tensors are detached views of the live weights (no copy): consumers copy them.
+        """
+        for name, tensor in self.model.state_dict().items():
+            yield name, tensor.detach()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer and LR-scheduler state plus step counters (for checkpoints).
+
+        Tensors are live references (as ``nn.Module.state_dict``): serialise them (``torch.save``)
+        before training further.
+        """
+        state: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "global_step": self.global_step,
+            "skipped_steps": self.skipped_steps,
+        }
+        if self.trainable:
+            state["optimizer"] = self.optimizer.state_dict()
+            state["lr_scheduler"] = self.lr_scheduler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (strict: every model key must match)."""
+        self.model.load_state_dict(state["model"], strict=True)
+        self.global_step = int(state.get("global_step", 0))
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        if self.trainable and "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+
+    def save_hf(self, path: Any, tokenizer: Any = None) -> None:
+        """Write the current weights (and ``tokenizer``) as a HF folder for ``from_pretrained``."""
+        self.model.save_pretrained(str(path))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(path))
+
+    def offload(self) -> None:
+        """Move weights to CPU (no-op on CPU)."""
+        if self.device.type != "cpu":
+            self.model.to("cpu")
+
+    def onload(self) -> None:
+        """Move weights back to the engine's device (no-op on CPU)."""
+        if self.device.type != "cpu":
+            self.model.to(self.device)
