@@ -1,0 +1,410 @@
+"""The plugin manager: loads plugins, collects their spec records, answers lookups by name.
+
+``get_plugin_manager()`` returns the process-wide manager. It is created on first call and
+imports plugins on the first *query* (``get``, ``available``, ``plugins``, ...), never at
+``import verl``; every process (driver, Ray worker) builds its own.
+
+Loading, in order: core's built-in plugin (always), then every entry point of group
+``verl.plugins`` allowed by ``VERL_PLUGINS`` (comma-separated entry-point or distribution
+names; ``none`` = built-ins only; unset = all). A plugin that fails to import, declares an
+incompatible ``VERL_PLUGIN_API`` or breaks the hook API is not registered; the failure is
+recorded (``pm.failures``), logged as a warning, shown by ``verl plugins`` and appended to
+every :class:`UnknownPluginError`. Discovery itself never raises because of a plugin.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import pluggy
+
+from verl.plugins import hookspecs
+from verl.plugins.discovery import (
+    BUILTIN_MODULE,
+    CORE_DISTRIBUTION,
+    AllowList,
+    PluginInfo,
+    PluginLoadFailure,
+    check_api_version,
+    entry_point_info,
+    format_exception,
+    iter_entry_points,
+)
+from verl.plugins.errors import (
+    HINTED_KINDS,
+    INSTALL_HINTS,
+    IncompatiblePluginError,
+    PluginConflictError,
+    PluginValidationError,
+    UnknownPluginError,
+    normalize_dist_name,
+)
+from verl.plugins.specs import KINDS, SPEC_TYPES, Spec
+
+logger = logging.getLogger(__name__)
+
+_HOOK_NAMES = frozenset(hookspecs.HOOK_FOR_KIND.values())
+
+
+@attrs.frozen
+class Claim:
+    """One spec record together with the plugin that returned it."""
+
+    spec: Spec
+    plugin: PluginInfo
+
+
+class PluginManager:
+    """Registry of verl plugins on top of :class:`pluggy.PluginManager` (project ``"verl"``).
+
+    Args:
+        load_entry_points: when ``True`` (the default, used by :func:`get_plugin_manager`),
+            the built-in plugin and the installed entry points are loaded on the first query.
+            Tests pass ``False`` and :meth:`register` fake plugins instead.
+
+    Lookups (:meth:`get`, :meth:`available`, :meth:`providers`) raise
+    :class:`PluginConflictError` when two plugins claim one name of the queried kind; the
+    non-raising :meth:`claims` and :meth:`conflicts` are for reporting. Collected specs are
+    cached per kind and the cache is dropped whenever a plugin is registered.
+    """
+
+    def __init__(self, *, load_entry_points: bool = True) -> None:
+        self._pluggy = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self._pluggy.add_hookspecs(hookspecs)
+        self._loaded = not load_entry_points
+        self._lock = threading.RLock()
+        self._infos: dict[str, PluginInfo] = {}  # pluggy name -> info
+        self._failures: list[PluginLoadFailure] = []
+        self._disabled: list[PluginInfo] = []
+        self._allow = AllowList(None, None)
+        self._claims: dict[str, list[Claim]] = {}
+
+    # ------------------------------------------------------------------ registration
+
+    def register(
+        self, plugin: Any, *, name: str | None = None, dist_name: str | None = None, version: str | None = None
+    ) -> PluginInfo:
+        """Register a plugin object (a module or any object with ``@hookimpl`` attributes).
+
+        Args:
+            plugin: the module/object.
+            name: plugin name shown to users; defaults to the module's ``__name__``.
+            dist_name, version: the distribution to name in reports and errors.
+
+        Returns the :class:`PluginInfo` recorded for it.
+
+        Raises:
+            IncompatiblePluginError: its ``VERL_PLUGIN_API`` is not served by this core.
+            PluginValidationError: it breaks the hook API, or is already registered.
+        """
+        module = getattr(plugin, "__name__", None) or f"{type(plugin).__module__}.{type(plugin).__qualname__}"
+        info = PluginInfo(name=name or module, distribution=dist_name, version=version, module=module)
+        self._ensure_loaded()
+        return self._add(plugin, info)
+
+    def _add(self, obj: Any, info: PluginInfo) -> PluginInfo:
+        with self._lock:
+            info = attrs.evolve(info, plugin=obj)
+            info = attrs.evolve(info, api_version=check_api_version(getattr(obj, "VERL_PLUGIN_API", None), info))
+            self._validate_hookimpls(obj, info)
+            key = f"{info.distribution or ''}:{info.name}"
+            if self._pluggy.is_registered(obj):
+                other = self._infos[self._pluggy.get_name(obj)]
+                raise PluginValidationError(f"plugin {info.describe()} is already registered as {other.describe()}")
+            if self._pluggy.has_plugin(key):
+                raise PluginValidationError(
+                    f"plugin {info.describe()}: a plugin named {info.name!r} from the same distribution is "
+                    "already registered"
+                )
+            try:
+                self._pluggy.register(obj, name=key)
+            except pluggy.PluginValidationError as exc:
+                raise PluginValidationError(f"plugin {info.describe()} breaks the verl hook API: {exc}") from exc
+            self._infos[key] = info
+            self._claims.clear()
+            return info
+
+    def _validate_hookimpls(self, obj: Any, info: PluginInfo) -> None:
+        problems = []
+        for attr in sorted(dir(obj)):
+            opts = self._pluggy.parse_hookimpl_opts(obj, attr)
+            if opts is None:
+                if attr in _HOOK_NAMES and callable(getattr(obj, attr, None)):
+                    problems.append(f"{attr}() is not marked with @verl.plugins.hookimpl")
+                continue
+            hook = opts.get("specname") or attr
+            if hook not in _HOOK_NAMES:
+                problems.append(f"@hookimpl {attr}() matches no verl hook (hooks: {', '.join(sorted(_HOOK_NAMES))})")
+            elif opts.get("wrapper") or opts.get("hookwrapper"):
+                problems.append(f"@hookimpl {attr}() is a wrapper; verl hooks only collect lists of specs")
+        if problems:
+            raise PluginValidationError(f"plugin {info.describe()} breaks the verl hook API: " + "; ".join(problems))
+
+    # ------------------------------------------------------------------ entry points
+
+    def _ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if self._loaded:
+                return
+            # Set first: a plugin that queries the manager while being imported must not recurse.
+            self._loaded = True
+            self._load_entry_points()
+
+    def _load_entry_points(self) -> None:
+        self._allow = AllowList.from_env()
+        seen: list[PluginInfo] = []
+        builtin_found = False
+        for ep in iter_entry_points():
+            info = entry_point_info(ep)
+            seen.append(info)
+            is_builtin = info.module == BUILTIN_MODULE
+            builtin_found |= is_builtin
+            if not is_builtin and not self._allow.allows(info):
+                self._disabled.append(info)
+                continue
+            self._load_one(ep, info)
+        if not builtin_found:
+            # Source tree without installed metadata: the built-ins are essential, register them directly.
+            from verl import __version__
+            from verl.plugins import builtin
+
+            info = PluginInfo(
+                name="builtin", distribution=CORE_DISTRIBUTION, version=__version__, module=BUILTIN_MODULE
+            )
+            self._add(builtin, info)
+        for item in self._allow.unmatched(seen):
+            self._fail(
+                PluginInfo(name=item),
+                "allow_list",
+                f"VERL_PLUGINS={self._allow.raw!r} names {item!r}, but no installed plugin has that "
+                "entry-point or distribution name",
+            )
+
+    def _load_one(self, ep: importlib.metadata.EntryPoint, info: PluginInfo) -> None:
+        try:
+            obj = ep.load()
+        except Exception as exc:  # any import-time error of a third-party plugin: record, keep going
+            self._fail(info, "import", exc)
+            return
+        try:
+            self._add(obj, info)
+        except IncompatiblePluginError as exc:
+            self._fail(attrs.evolve(info, plugin=obj), "api_version", exc)
+        except PluginValidationError as exc:
+            self._fail(attrs.evolve(info, plugin=obj), "validation", exc)
+
+    def _fail(self, info: PluginInfo, stage: str, error: BaseException | str) -> None:
+        exc = error if isinstance(error, BaseException) else None
+        text = format_exception(error) if exc is not None else str(error)
+        failure = PluginLoadFailure(plugin=info, stage=stage, error=text, exception=exc)
+        with self._lock:
+            if failure in self._failures:
+                return
+            self._failures.append(failure)
+        logger.warning("verl plugin %s failed [%s]: %s", info.describe(), stage, text)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def plugins(self) -> list[PluginInfo]:
+        """Registered plugins, in load order (core's built-in first)."""
+        self._ensure_loaded()
+        return list(self._infos.values())
+
+    @property
+    def failures(self) -> list[PluginLoadFailure]:
+        """Plugins that failed to import or register, and hooks that raised (for kinds collected so far)."""
+        self._ensure_loaded()
+        return list(self._failures)
+
+    @property
+    def disabled(self) -> list[PluginInfo]:
+        """Installed entry points skipped because ``VERL_PLUGINS`` does not list them (not imported)."""
+        self._ensure_loaded()
+        return list(self._disabled)
+
+    @property
+    def allow_list(self) -> AllowList:
+        """The ``VERL_PLUGINS`` allow-list read at load time."""
+        self._ensure_loaded()
+        return self._allow
+
+    # ------------------------------------------------------------------ collection
+
+    def claims(self, kind: str) -> list[Claim]:
+        """Every spec of ``kind`` returned by every plugin, conflicts included (never raises for them).
+
+        Raises:
+            ValueError: ``kind`` is not one of :data:`verl.plugins.KINDS`.
+        """
+        _check_kind(kind)
+        self._ensure_loaded()
+        with self._lock:
+            if kind not in self._claims:
+                self._claims[kind] = self._collect(kind)
+            return list(self._claims[kind])
+
+    def _collect(self, kind: str) -> list[Claim]:
+        hook = getattr(self._pluggy.hook, hookspecs.HOOK_FOR_KIND[kind])
+        spec_type = SPEC_TYPES[kind]
+        out: list[Claim] = []
+        # Impls are called one by one (not via pluggy's multicall) to attribute each record and each
+        # exception to its plugin; hooks take no arguments, so nothing of pluggy's calling is lost.
+        for impl in hook.get_hookimpls():
+            info = self._infos[impl.plugin_name]
+            try:
+                specs = _check_result(impl.function(), spec_type, hook.name, info)
+            except Exception as exc:
+                self._fail(info, f"hook:{hook.name}", exc)
+                continue
+            out.extend(Claim(spec=spec, plugin=info) for spec in specs)
+        return out
+
+    def conflicts(self, kind: str) -> dict[str, tuple[PluginInfo, ...]]:
+        """``{name: (every plugin claiming it, ...)}`` for names of ``kind`` claimed more than once."""
+        by_name: dict[str, list[PluginInfo]] = {}
+        for claim in self.claims(kind):
+            by_name.setdefault(claim.spec.name, []).append(claim.plugin)
+        return {name: tuple(infos) for name, infos in by_name.items() if len(infos) > 1}
+
+    def _checked_claims(self, kind: str) -> list[Claim]:
+        conflicts = self.conflicts(kind)
+        if conflicts:
+            lines = [
+                f"{_label(kind)} {name!r} is provided by {len(infos)} plugins: "
+                + "; ".join(info.describe() for info in infos)
+                for name, infos in conflicts.items()
+            ]
+            raise PluginConflictError(
+                "\n".join(lines) + "\nNeither is chosen silently: uninstall all but one of them, or list only one "
+                "in VERL_PLUGINS.",
+                kind=kind,
+                conflicts=conflicts,
+            )
+        return self.claims(kind)
+
+    def available(self, kind: str) -> dict[str, Spec]:
+        """``{name: spec}`` of ``kind``, in load order.
+
+        Raises:
+            ValueError: unknown ``kind``.
+            PluginConflictError: two plugins claim one name of ``kind``.
+        """
+        return {c.spec.name: c.spec for c in self._checked_claims(kind)}
+
+    def providers(self, kind: str) -> dict[str, PluginInfo]:
+        """``{name: PluginInfo of the plugin providing it}`` of ``kind``; raises like :meth:`available`."""
+        return {c.spec.name: c.plugin for c in self._checked_claims(kind)}
+
+    def provides(self, plugin: PluginInfo | str) -> dict[str, tuple[str, ...]]:
+        """``{kind: (names, ...)}`` that ``plugin`` (a :class:`PluginInfo` or its name) provides; no
+        raising on conflicts, kinds it provides nothing for are left out."""
+        out: dict[str, tuple[str, ...]] = {}
+        for kind in KINDS:
+            names = tuple(
+                c.spec.name
+                for c in self.claims(kind)
+                if (c.plugin == plugin if isinstance(plugin, PluginInfo) else c.plugin.name == plugin)
+            )
+            if names:
+                out[kind] = names
+        return out
+
+    def get(self, kind: str, name: str) -> Spec:
+        """The spec of ``kind`` called ``name``.
+
+        Raises:
+            ValueError: unknown ``kind``.
+            TypeError: ``name`` is not a str.
+            PluginConflictError: two plugins claim one name of ``kind``.
+            UnknownPluginError: no plugin provides it; the message lists the available names,
+                a close match, every plugin that failed to load (distribution, version, error),
+                plugins disabled by ``VERL_PLUGINS`` and, for well-known backends, the
+                ``pip install`` command.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"{_label(kind)} name must be a str, got {type(name).__name__} ({name!r})")
+        specs = self.available(kind)
+        if name in specs:
+            return specs[name]
+        raise self._unknown(kind, name, list(specs))
+
+    def _unknown(self, kind: str, name: str, names: Sequence[str]) -> UnknownPluginError:
+        lines = [
+            f"unknown {_label(kind)} {name!r}; "
+            + (f"available: {', '.join(names)}" if names else f"no plugin provides any {_label(kind)}")
+        ]
+        close = difflib.get_close_matches(name, names, n=1)
+        if close:
+            lines.append(f"Did you mean {close[0]!r}?")
+        failures = self.failures
+        if failures:
+            lines.append("Plugins that failed to load (one of them may provide it):")
+            lines += [f"  - {f.describe()}" for f in failures]
+        if self._disabled:
+            lines.append(f"Plugins not loaded because VERL_PLUGINS={self._allow.raw!r} does not list them:")
+            lines += [f"  - {info.describe()}" for info in self._disabled]
+        dist = INSTALL_HINTS.get(name) if kind in HINTED_KINDS else None
+        known = {normalize_dist_name(i.distribution) for i in [*self._infos.values(), *self._disabled]}
+        known |= {normalize_dist_name(f.plugin.distribution) for f in failures}
+        if dist and normalize_dist_name(dist) not in known:
+            lines.append(f"{name!r} is provided by the {dist} distribution, which is not installed: pip install {dist}")
+        return UnknownPluginError("\n".join(lines), kind=kind, name=name, available=names, failures=failures)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in SPEC_TYPES:
+        raise ValueError(f"unknown plugin kind {kind!r}; expected one of: {', '.join(KINDS)}")
+
+
+def _label(kind: str) -> str:
+    return kind.replace("_", " ")
+
+
+def _check_result(result: object, spec_type: type, hook: str, info: PluginInfo) -> list[Any]:
+    if result is None:  # pluggy's convention: None means "nothing from me"
+        return []
+    if not isinstance(result, (list, tuple)):
+        raise PluginValidationError(
+            f"{hook}() of plugin {info.describe()} returned {type(result).__name__}; "
+            f"it must return a list of {spec_type.__name__}"
+        )
+    bad = sorted({type(item).__name__ for item in result if not isinstance(item, spec_type)})
+    if bad:
+        raise PluginValidationError(
+            f"{hook}() of plugin {info.describe()} returned {', '.join(bad)} items; "
+            f"it must return a list of {spec_type.__name__}"
+        )
+    return list(result)
+
+
+_manager: PluginManager | None = None
+_manager_lock = threading.Lock()
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide :class:`PluginManager` (created on first call, plugins loaded on first query)."""
+    global _manager
+    manager = _manager
+    if manager is not None:
+        return manager
+    with _manager_lock:
+        if _manager is None:
+            _manager = PluginManager()
+        return _manager
+
+
+def reset_plugin_manager() -> None:
+    """Forget the process-wide manager; the next :func:`get_plugin_manager` rediscovers plugins
+    (re-reading ``VERL_PLUGINS``). For tests."""
+    global _manager
+    with _manager_lock:
+        _manager = None

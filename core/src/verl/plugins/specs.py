@@ -1,0 +1,226 @@
+"""Spec records: what a plugin hands to verl through the hooks of :mod:`verl.plugins.hookspecs`.
+
+Each record is a frozen, keyword-only attrs class describing one named thing a plugin provides.
+Records are cheap to build: they hold callables (``probe``, ``factory``, ``fn``) that import
+heavy backends (vllm, torch_npu, megatron, ...) only when *called*, so listing plugins
+(``verl plugins``) never imports a backend.
+
+Fields are validated at construction; a bad record raises ``TypeError``/``ValueError`` inside the
+plugin's hook, which the manager records as a failure of that plugin (with its distribution).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import attrs
+
+if TYPE_CHECKING:
+    from verl.platform.base import Platform, ProbeResult
+
+# Names are config values (``actor_rollout_ref.rollout.name=vllm``) and config keys
+# (``engine_kwargs.vllm.*``), so no dots, spaces or leading digits.
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*\Z")
+
+
+def _check_name(owner: str, value: object) -> str:
+    """Return ``value`` if it is a valid plugin name, else raise naming ``owner``.
+
+    Raises:
+        TypeError: ``value`` is not a ``str``.
+        ValueError: empty, or not letters/digits/``_``/``-`` starting with a letter.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{owner}.name must be a str, got {type(value).__name__} ({value!r})")
+    if not _NAME_RE.match(value):
+        raise ValueError(
+            f"{owner}.name={value!r} is not a valid name: use letters, digits, '_' or '-', "
+            "starting with a letter (e.g. 'vllm', 'grpo_passk')"
+        )
+    return value
+
+
+def _name(inst: object, attribute: attrs.Attribute, value: object) -> None:
+    _check_name(type(inst).__name__, value)
+
+
+def _callable(inst: object, attribute: attrs.Attribute, value: object) -> None:
+    if not callable(value):
+        raise TypeError(f"{type(inst).__name__}.{attribute.name} must be callable, got {type(value).__name__}")
+
+
+def _options_cls(inst: object, attribute: attrs.Attribute, value: object) -> None:
+    if value is None:
+        return
+    if not (isinstance(value, type) and (attrs.has(value) or dataclasses.is_dataclass(value))):
+        raise TypeError(
+            f"{type(inst).__name__}.options_cls must be an attrs class (or dataclass) or None, got {value!r}"
+        )
+
+
+def _as_tuple(value: Any) -> Any:
+    # A bare string is left alone so the validator can reject it ("cuda" is not ("c","u","d","a")).
+    return tuple(value) if isinstance(value, (list, tuple, set, frozenset)) else value
+
+
+def _as_frozenset(value: Any) -> Any:
+    return frozenset(value) if isinstance(value, (list, tuple, set, frozenset)) else value
+
+
+def _str_collection(empty_ok: bool) -> Callable[[object, attrs.Attribute, object], None]:
+    def check(inst: object, attribute: attrs.Attribute, value: object) -> None:
+        owner = f"{type(inst).__name__}.{attribute.name}"
+        if not isinstance(value, (tuple, frozenset)):
+            raise TypeError(f"{owner} must be a list/tuple/set of str, got {type(value).__name__} ({value!r})")
+        if not value and not empty_ok:
+            raise ValueError(f"{owner} must name at least one device type, e.g. ('cpu', 'cuda')")
+        bad = [v for v in value if not isinstance(v, str) or not v]
+        if bad:
+            raise TypeError(f"{owner} must hold non-empty strings, got {bad!r}")
+
+    return check
+
+
+_DEFAULT_DEVICES = ("cpu", "cuda")
+
+
+@attrs.frozen(kw_only=True)
+class PlatformSpec:
+    """A device platform (returned by ``verl_platforms``).
+
+    Attributes:
+        name: what users put in ``trainer.device`` (``"cpu"``, ``"cuda"``, ``"npu"``).
+        probe: zero-argument, cheap (no device initialisation, fork-safe) availability check.
+            Returns ``bool`` or a :class:`verl.platform.ProbeResult` (truthy/falsy plus a
+            ``reason`` shown to users). Exceptions are caught and reported as "not available".
+        factory: zero-argument callable returning a :class:`verl.platform.Platform`; called
+            only for the chosen platform.
+        accelerator: ``True`` for devices that take part in automatic selection; ``False``
+            for the fallback (``cpu``).
+    """
+
+    KIND: ClassVar[str] = "platform"
+
+    name: str = attrs.field(validator=_name)
+    probe: Callable[[], bool | ProbeResult] = attrs.field(validator=_callable)
+    factory: Callable[[], Platform] = attrs.field(validator=_callable)
+    accelerator: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+
+
+@attrs.frozen(kw_only=True)
+class _BackendSpec:
+    """Fields shared by the engine specs (not a kind itself)."""
+
+    name: str = attrs.field(validator=_name)
+    factory: Callable[..., Any] = attrs.field(validator=_callable)
+    options_cls: type | None = attrs.field(default=None, validator=_options_cls)
+    devices: tuple[str, ...] = attrs.field(
+        default=_DEFAULT_DEVICES, converter=_as_tuple, validator=_str_collection(False)
+    )
+
+
+@attrs.frozen(kw_only=True)
+class TrainingEngineSpec(_BackendSpec):
+    """A training engine backend (returned by ``verl_training_engines``).
+
+    Attributes:
+        name: the engine's name in config (``"fsdp"``, ``"megatron"``, ``"reference"``).
+        factory: callable building a :class:`verl.engines.TrainingEngine`; imports the backend
+            only when called. Its arguments are defined by the engines protocol.
+        options_cls: attrs class (or dataclass) of the backend's own options, validated when the
+            config is loaded, or ``None``.
+        devices: device types / platform names it runs on, matched against the resolved
+            platform's ``name`` or ``device_type`` (default ``("cpu", "cuda")``; ``"cuda"``
+            also covers ROCm, whose torch device type is ``cuda``).
+        capabilities: feature flags (``{"lora", "offload"}``) checked at config load.
+    """
+
+    KIND: ClassVar[str] = "training_engine"
+
+    capabilities: frozenset[str] = attrs.field(
+        factory=frozenset, converter=_as_frozenset, validator=_str_collection(True)
+    )
+
+
+@attrs.frozen(kw_only=True)
+class RolloutEngineSpec(_BackendSpec):
+    """A rollout (generation) engine backend (returned by ``verl_rollout_engines``).
+
+    Same fields as :class:`TrainingEngineSpec`; ``name`` is ``actor_rollout_ref.rollout.name``
+    (``"vllm"``, ``"sglang"``, ``"hf"``), ``factory`` builds a :class:`verl.engines.RolloutEngine`.
+    """
+
+    KIND: ClassVar[str] = "rollout_engine"
+
+    capabilities: frozenset[str] = attrs.field(
+        factory=frozenset, converter=_as_frozenset, validator=_str_collection(True)
+    )
+
+
+@attrs.frozen(kw_only=True)
+class CheckpointEngineSpec(_BackendSpec):
+    """A weight-sync engine trainer -> rollout (returned by ``verl_checkpoint_engines``).
+
+    Fields ``name`` (``"colocated"``, ``"broadcast"``), ``factory`` (builds a
+    :class:`verl.engines.CheckpointEngine`), ``options_cls`` and ``devices`` as for
+    :class:`TrainingEngineSpec`.
+    """
+
+    KIND: ClassVar[str] = "checkpoint_engine"
+
+
+@attrs.frozen(kw_only=True)
+class AdvantageEstimatorSpec:
+    """An advantage estimator (returned by ``verl_advantage_estimators``).
+
+    Attributes: ``name`` (value of ``algorithm.adv_estimator``), ``fn`` with verl's
+    ``core_algos`` keyword signature for estimators (see :mod:`verl.algorithms`).
+    """
+
+    KIND: ClassVar[str] = "advantage_estimator"
+
+    name: str = attrs.field(validator=_name)
+    fn: Callable[..., Any] = attrs.field(validator=_callable)
+
+
+@attrs.frozen(kw_only=True)
+class PolicyLossSpec:
+    """A policy loss (returned by ``verl_policy_losses``).
+
+    Attributes: ``name`` (value of ``actor_rollout_ref.actor.policy_loss.loss_mode``), ``fn``
+    with verl's ``core_algos`` policy-loss keyword signature (see :mod:`verl.algorithms`).
+    """
+
+    KIND: ClassVar[str] = "policy_loss"
+
+    name: str = attrs.field(validator=_name)
+    fn: Callable[..., Any] = attrs.field(validator=_callable)
+
+
+Spec = (
+    PlatformSpec
+    | TrainingEngineSpec
+    | RolloutEngineSpec
+    | CheckpointEngineSpec
+    | AdvantageEstimatorSpec
+    | PolicyLossSpec
+)
+
+#: kind -> spec record class, in the order ``verl plugins`` prints them.
+SPEC_TYPES: dict[str, type] = {
+    cls.KIND: cls
+    for cls in (
+        PlatformSpec,
+        TrainingEngineSpec,
+        RolloutEngineSpec,
+        CheckpointEngineSpec,
+        AdvantageEstimatorSpec,
+        PolicyLossSpec,
+    )
+}
+
+#: The kinds a plugin can provide.
+KINDS: tuple[str, ...] = tuple(SPEC_TYPES)
