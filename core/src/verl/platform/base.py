@@ -1,0 +1,188 @@
+"""The :class:`Platform` interface: everything verl needs to know about a device family.
+
+What a vendor implements (bring-up of a new accelerator, e.g. Ascend in ``verl-npu``):
+
+1. Class attributes: ``name``, ``device_type``, ``vendor``, ``dist_backend``,
+   ``visible_devices_env``, ``ray_resource_name`` (checked when the platform is instantiated).
+2. ``probe()``: a cheap, fork-safe availability check returning :class:`ProbeResult`.
+3. ``device_module``: the ``torch.<device>`` module (``torch.npu``), or ``None``.
+4. ``device_name()``.
+5. Every other method has a default written against a ``torch.cuda``-like ``device_module``
+   (``device_count``, ``set_device``, ``current_device``, ``synchronize``, ``empty_cache``,
+   ``memory_allocated``, ``memory_reserved``, ``max_memory_allocated``, ``manual_seed_all``);
+   override the ones your device module lacks or does differently, and ``supports_ipc``.
+
+Then return a ``PlatformSpec(name=..., probe=YourPlatform.probe, factory=YourPlatform)`` from
+a ``verl_platforms`` hook. Nothing here forwards unknown attributes to torch: a missing method
+is an ``AttributeError`` at bring-up, not a silent ``None`` at run time.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import attrs
+
+if TYPE_CHECKING:
+    import torch
+
+_REQUIRED_ATTRS = ("name", "device_type", "vendor", "dist_backend", "visible_devices_env", "ray_resource_name")
+
+
+@attrs.frozen
+class ProbeResult:
+    """Answer of a platform probe: truthy when the platform is usable here, with the reason.
+
+    ``bool(result)`` is ``available``; ``reason`` is shown to users (``verl plugins``, resolution
+    errors), e.g. ``"2 devices (CUDA 12.4)"`` or ``"torch 2.6.0+cpu is a CPU-only build"``.
+    """
+
+    available: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.available
+
+
+class Platform(abc.ABC):
+    """A device family (cpu, cuda, npu, ...): device selection, seeding, memory, collectives.
+
+    Class attributes (required on every concrete subclass):
+        name: platform name as used in ``trainer.device`` (``"cuda"``; ``"rocm"`` on AMD).
+        device_type: torch device type (``"cpu"``, ``"cuda"`` — also for ROCm —, ``"npu"``).
+        vendor: hardware vendor (``"nvidia"``, ``"amd"``, ``"huawei"``, ``"generic"``).
+        dist_backend: ``torch.distributed`` backend (``"gloo"``, ``"nccl"``, ``"hccl"``).
+        visible_devices_env: environment variable restricting visible devices
+            (``"CUDA_VISIBLE_DEVICES"``, ``"HIP_VISIBLE_DEVICES"``,
+            ``"ASCEND_RT_VISIBLE_DEVICES"``), ``None`` when there is none.
+        ray_resource_name: Ray resource that workers request (``"CPU"``, ``"GPU"``, ``"NPU"``).
+    """
+
+    name: ClassVar[str]
+    device_type: ClassVar[str]
+    vendor: ClassVar[str]
+    dist_backend: ClassVar[str]
+    visible_devices_env: ClassVar[str | None]
+    ray_resource_name: ClassVar[str]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Platform:
+        missing = [attr for attr in _REQUIRED_ATTRS if not hasattr(cls, attr)]
+        if missing:
+            raise TypeError(f"platform class {cls.__qualname__} must define class attribute(s): {', '.join(missing)}")
+        return super().__new__(cls)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} device_type={self.device_type!r} vendor={self.vendor!r}>"
+
+    # ---------------------------------------------------------------- what a vendor implements
+
+    @classmethod
+    @abc.abstractmethod
+    def probe(cls) -> ProbeResult:
+        """Cheap availability check, safe to call before ``fork`` (must not create a device
+        context). Never raises for a missing driver or library: report it in ``reason``."""
+
+    @property
+    @abc.abstractmethod
+    def device_module(self) -> ModuleType | None:
+        """The ``torch.<device_type>`` module (``torch.cuda``), or ``None`` (cpu)."""
+
+    @abc.abstractmethod
+    def device_name(self, index: int | None = None) -> str:
+        """Human-readable name of device ``index`` (default: current), e.g. ``"NVIDIA H100 80GB HBM3"``."""
+
+    # ---------------------------------------------------------------- defaults via device_module
+
+    def _module(self) -> ModuleType:
+        module = self.device_module
+        if module is None:
+            raise TypeError(f"{type(self).__name__} has no device_module; it must override this method")
+        return module
+
+    def is_available(self) -> bool:
+        """``bool(self.probe())``."""
+        return bool(self.probe())
+
+    def device_count(self) -> int:
+        """Number of devices visible to this process (after ``visible_devices_env``)."""
+        return int(self._module().device_count())
+
+    def set_device(self, index: int) -> None:
+        """Make device ``index`` (a local rank) current for this process.
+
+        Raises:
+            TypeError: ``index`` is not an int.
+            ValueError: ``index`` is negative or not below :meth:`device_count`; the message
+                names ``visible_devices_env`` and its value.
+        """
+        self._check_index(index)
+        self._module().set_device(index)
+
+    def _check_index(self, index: int) -> None:
+        import os
+
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"device index must be an int, got {type(index).__name__} ({index!r})")
+        count = self.device_count()
+        if not 0 <= index < count:
+            env = self.visible_devices_env
+            shown = f" ({env}={os.environ.get(env)!r})" if env else ""
+            raise ValueError(
+                f"{self.name} device index {index} is out of range: {count} device(s) visible{shown}; "
+                f"use an index in [0, {count})"
+            )
+
+    def current_device(self) -> int:
+        """Index of the current device."""
+        return int(self._module().current_device())
+
+    def torch_device(self, index: int | None = None) -> torch.device:
+        """``torch.device(device_type, index)``; ``index`` defaults to :meth:`current_device`."""
+        import torch
+
+        return torch.device(self.device_type, self.current_device() if index is None else index)
+
+    def manual_seed(self, seed: int) -> None:
+        """Seed Python's ``random``, numpy's global RNG, torch's CPU generator and every device
+        generator of this platform, so a run is reproducible from one integer."""
+        import numpy as np
+        import torch
+
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__} ({seed!r})")
+        random.seed(seed)
+        np.random.seed(seed % 2**32)  # numpy only accepts 32-bit seeds
+        torch.manual_seed(seed)
+        module = self.device_module
+        if module is not None:
+            module.manual_seed_all(seed)
+
+    def memory_stats(self) -> dict[str, int]:
+        """Memory of this process on the current device, in bytes.
+
+        Keys: ``allocated_bytes`` (held by tensors), ``reserved_bytes`` (held by the caching
+        allocator, >= allocated), ``max_allocated_bytes`` (peak of ``allocated_bytes``).
+        """
+        m = self._module()
+        return {
+            "allocated_bytes": int(m.memory_allocated()),
+            "reserved_bytes": int(m.memory_reserved()),
+            "max_allocated_bytes": int(m.max_memory_allocated()),
+        }
+
+    def empty_cache(self) -> None:
+        """Return cached, unused device memory to the driver."""
+        self._module().empty_cache()
+
+    def synchronize(self) -> None:
+        """Block until all queued work on the current device has finished (for timing and
+        before handing buffers to another process)."""
+        self._module().synchronize()
+
+    def supports_ipc(self) -> bool:
+        """Whether device tensors can be shared with another process on the node without a
+        copy (CUDA IPC handles); weight sync uses it to pick a zero-copy path. Default ``False``."""
+        return False

@@ -1,0 +1,106 @@
+"""The ``cpu`` platform: always available, chosen when no accelerator probe answers yes or when
+``trainer.device=cpu``. Collectives run on gloo; there is one logical device."""
+
+from __future__ import annotations
+
+import os
+import platform as _pyplatform
+import resource
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from verl.platform.base import Platform, ProbeResult
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _rss_bytes() -> int | None:
+    # /proc/self/statm: "size resident shared ..." in pages; no psutil needed.
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB, macOS bytes
+
+
+class CpuPlatform(Platform):
+    """Host CPU. ``set_device`` accepts any non-negative index (gloo ranks share the host)."""
+
+    name = "cpu"
+    device_type = "cpu"
+    vendor = "generic"
+    dist_backend = "gloo"
+    visible_devices_env = None
+    ray_resource_name = "CPU"
+
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        """Always available."""
+        return ProbeResult(True, "always available (fallback when no accelerator is found)")
+
+    @property
+    def device_module(self) -> ModuleType | None:
+        """``None``: CPU work needs no device module."""
+        return None
+
+    def device_name(self, index: int | None = None) -> str:
+        """CPU model from ``/proc/cpuinfo`` (``"AMD EPYC 7B13"``), else ``platform.processor()``."""
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return _pyplatform.processor() or _pyplatform.machine() or "cpu"
+
+    def device_count(self) -> int:
+        """1: the host is one device; data-parallel CPU ranks all use it."""
+        return 1
+
+    def set_device(self, index: int) -> None:
+        """No-op for any index >= 0 (every gloo rank on a host uses the same CPU).
+
+        Raises:
+            TypeError: not an int. ValueError: negative.
+        """
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"device index must be an int, got {type(index).__name__} ({index!r})")
+        if index < 0:
+            raise ValueError(f"cpu device index must be >= 0, got {index}")
+
+    def current_device(self) -> int:
+        """0."""
+        return 0
+
+    def torch_device(self, index: int | None = None) -> torch.device:
+        """``torch.device("cpu")`` whatever ``index`` is."""
+        import torch
+
+        return torch.device("cpu")
+
+    def memory_stats(self) -> dict[str, int]:
+        """Process memory in bytes: ``allocated_bytes`` = ``reserved_bytes`` = resident set size
+        (``/proc/self/statm``; the peak where ``/proc`` is missing), ``max_allocated_bytes`` =
+        peak RSS (``getrusage``)."""
+        peak = _peak_rss_bytes()
+        rss = _rss_bytes()
+        rss = peak if rss is None else rss
+        return {"allocated_bytes": rss, "reserved_bytes": rss, "max_allocated_bytes": max(peak, rss)}
+
+    def empty_cache(self) -> None:
+        """No-op: there is no device cache on CPU."""
+
+    def synchronize(self) -> None:
+        """No-op: CPU ops complete before they return."""
+
+    def supports_ipc(self) -> bool:
+        """``False``: no device-memory handles (CPU tensors go through shared memory instead)."""
+        return False

@@ -1,0 +1,169 @@
+"""Choosing the platform of this process.
+
+Order (DESIGN §4): an explicit name (``trainer.device``) wins; otherwise every accelerator
+probe runs and exactly one positive answer wins; no positive answer falls back to ``cpu``; two
+or more is an error listing every probe's answer. Nothing is chosen silently: unlike vLLM's
+"unspecified platform", every way this can go wrong raises with the probes' reasons.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import attrs
+
+from verl.platform.base import Platform, ProbeResult
+from verl.plugins.discovery import PluginInfo
+from verl.plugins.errors import PlatformResolutionError, PlatformUnavailableError, PluginValidationError
+from verl.plugins.manager import get_plugin_manager
+
+if TYPE_CHECKING:
+    from verl.plugins.manager import PluginManager
+    from verl.plugins.specs import PlatformSpec
+
+#: ``trainer.device`` values that mean "choose automatically" (same as ``None``).
+AUTO = "auto"
+FALLBACK = "cpu"
+
+
+@attrs.frozen(kw_only=True)
+class ProbeAnswer:
+    """What one platform's probe said on this machine."""
+
+    name: str
+    available: bool
+    reason: str
+    accelerator: bool
+    plugin: PluginInfo
+
+    def describe(self) -> str:
+        """``"cuda [verl-core 0.1.0]: no, torch 2.6.0+cpu is a CPU-only build"``."""
+        dist = " ".join(p for p in (self.plugin.distribution, self.plugin.version) if p) or self.plugin.name
+        role = "" if self.accelerator else " (fallback)"
+        return f"{self.name}{role} [{dist}]: {'yes' if self.available else 'no'}, {self.reason}"
+
+
+def run_probe(spec: PlatformSpec) -> ProbeResult:
+    """Call ``spec.probe()``; an exception or a non-bool answer becomes ``ProbeResult(False, why)``."""
+    try:
+        result = spec.probe()
+    except Exception as exc:  # a probe crashing means "not usable here", and the user sees why
+        return ProbeResult(False, f"probe raised {type(exc).__name__}: {exc}")
+    if isinstance(result, ProbeResult):
+        return result
+    if isinstance(result, bool):
+        return ProbeResult(result, "probe answered yes" if result else "probe answered no")
+    return ProbeResult(
+        False, f"probe returned {type(result).__name__} ({result!r}); it must return bool or ProbeResult"
+    )
+
+
+def probe_platforms(plugin_manager: PluginManager | None = None) -> list[ProbeAnswer]:
+    """Run every registered platform's probe (accelerators and fallback), in load order.
+
+    Raises:
+        PluginConflictError: two plugins provide a platform of the same name.
+    """
+    pm = get_plugin_manager() if plugin_manager is None else plugin_manager
+    providers = pm.providers("platform")
+    answers = []
+    for name, spec in pm.available("platform").items():
+        result = run_probe(spec)
+        answers.append(
+            ProbeAnswer(
+                name=name,
+                available=result.available,
+                reason=result.reason,
+                accelerator=spec.accelerator,
+                plugin=providers[name],
+            )
+        )
+    return answers
+
+
+def resolve_platform(name: str | None = None, plugin_manager: PluginManager | None = None) -> Platform:
+    """Return the :class:`Platform` to use in this process.
+
+    Args:
+        name: ``trainer.device``; ``None`` or ``"auto"`` chooses automatically.
+        plugin_manager: defaults to :func:`verl.plugins.get_plugin_manager`.
+
+    Raises:
+        UnknownPluginError: ``name`` is not a registered platform (lists the platforms and
+            plugins that failed to load, e.g. ``verl-npu``).
+        PlatformUnavailableError: ``name`` is registered but its probe says no here
+            ("device 'cuda' requested but not available: <reason>").
+        PlatformResolutionError: automatic choice with two or more positive accelerator
+            probes, or with none and no usable ``cpu`` platform; lists every probe's answer.
+        PluginValidationError: the platform factory did not return a ``Platform``.
+    """
+    pm = get_plugin_manager() if plugin_manager is None else plugin_manager
+    if name is not None and name != AUTO:
+        spec = pm.get("platform", name)
+        result = run_probe(spec)
+        if not result:
+            answers = probe_platforms(pm)
+            usable = [a.name for a in answers if a.available and a.name != name]
+            raise PlatformUnavailableError(
+                f"device {name!r} requested but not available: {result.reason}. "
+                f"Usable here: {', '.join(usable) or 'none'}; set trainer.device to one of them, "
+                f"or to {AUTO!r} to choose automatically",
+                answers=answers,
+            )
+        return _build(spec, pm)
+
+    answers = probe_platforms(pm)
+    positive = [a for a in answers if a.accelerator and a.available]
+    listing = "\n".join(f"  - {a.describe()}" for a in answers)
+    if len(positive) > 1:
+        names = ", ".join(a.name for a in positive)
+        raise PlatformResolutionError(
+            f"cannot choose a platform: {len(positive)} accelerator probes answered yes and no device was named:\n"
+            f"{listing}\nSet trainer.device to one of: {names}",
+            answers=answers,
+        )
+    if positive:
+        return _build(pm.get("platform", positive[0].name), pm)
+    fallback = next((a for a in answers if a.name == FALLBACK), None)
+    if fallback is None or not fallback.available:
+        raise PlatformResolutionError(
+            f"cannot choose a platform: no accelerator probe answered yes and the {FALLBACK!r} fallback is "
+            f"{'missing' if fallback is None else 'not usable'}:\n{listing or '  (no platform registered)'}",
+            answers=answers,
+        )
+    return _build(pm.get("platform", FALLBACK), pm)
+
+
+def _build(spec: PlatformSpec, pm: PluginManager) -> Platform:
+    platform = spec.factory()
+    if not isinstance(platform, Platform):
+        plugin = pm.providers("platform")[spec.name]
+        raise PluginValidationError(
+            f"factory of platform {spec.name!r} from plugin {plugin.describe()} returned "
+            f"{type(platform).__name__}; it must return a verl.platform.Platform instance"
+        )
+    return platform
+
+
+_current: tuple[PluginManager, Platform] | None = None
+_current_lock = threading.Lock()
+
+
+def current_platform() -> Platform:
+    """The automatically resolved platform of this process, resolved once and cached.
+
+    The cache follows the process-wide plugin manager (``reset_plugin_manager()`` re-resolves).
+    Code that knows the configured device (``trainer.device``) should call
+    :func:`resolve_platform` with it and pass the platform along instead. Raises as
+    :func:`resolve_platform` with ``name=None``.
+    """
+    global _current
+    pm = get_plugin_manager()
+    cached = _current
+    if cached is not None and cached[0] is pm:
+        return cached[1]
+    with _current_lock:
+        if _current is None or _current[0] is not pm:
+            _current = (pm, resolve_platform(plugin_manager=pm))
+        return _current[1]
