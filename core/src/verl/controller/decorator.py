@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from verl.controller import dispatch as _d
-from verl.controller.futures import WorkerFuture
+from verl.controller import futures as _futures
 
 #: Name of the function attribute under which :func:`register` stores
 #: ``{"dispatch_mode": Dispatch | dict, "execute_mode": Execute, "blocking": bool}``. The value is verl's
@@ -214,12 +214,6 @@ def _validate_dispatch_mode(dispatch_mode: Any) -> None:
         )
 
 
-def _materialize(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    args = tuple(a.get() if isinstance(a, WorkerFuture) else a for a in args)
-    kwargs = {k: v.get() if isinstance(v, WorkerFuture) else v for k, v in kwargs.items()}
-    return args, kwargs
-
-
 def register(
     dispatch_mode: Dispatch | dict = Dispatch.ALL_TO_ALL,
     execute_mode: Execute = Execute.ALL,
@@ -265,7 +259,7 @@ def register(
             @functools.wraps(func)
             async def wrapper(*args: Any, **kwargs: Any) -> Any:
                 if materialize_futures:
-                    args, kwargs = _materialize(args, kwargs)
+                    args, kwargs = _futures.materialize_futures(args, kwargs)
                 return await func(*args, **kwargs)
 
         else:
@@ -273,7 +267,7 @@ def register(
             @functools.wraps(func)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 if materialize_futures:
-                    args, kwargs = _materialize(args, kwargs)
+                    args, kwargs = _futures.materialize_futures(args, kwargs)
                 return func(*args, **kwargs)
 
         setattr(wrapper, MAGIC_ATTR, dict(attrs))

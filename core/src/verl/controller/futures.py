@@ -82,3 +82,10 @@ class WorkerFuture:
         else:
             state = "pending"
         return f"<WorkerFuture {state}>"
+
+
+def materialize_futures(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Replace every top-level :class:`WorkerFuture` in ``args`` / ``kwargs`` by its value (waits for it)."""
+    args = tuple(a.get() if isinstance(a, WorkerFuture) else a for a in args)
+    kwargs = {k: v.get() if isinstance(v, WorkerFuture) else v for k, v in kwargs.items()}
+    return args, kwargs

@@ -24,7 +24,7 @@ from typing import Any
 
 from verl.controller.decorator import Execute, resolve_dispatch_mode
 from verl.controller.dispatch import PADDED_ROWS_KWARG, PADDING_SIZE_KWARG, strip_padding
-from verl.controller.futures import WorkerFuture
+from verl.controller.futures import WorkerFuture, materialize_futures
 
 
 class ClassWithInitArgs:
@@ -48,14 +48,6 @@ class ClassWithInitArgs:
 
     def __repr__(self) -> str:
         return f"ClassWithInitArgs({self.cls.__name__}, args={self.args!r}, kwargs={self.kwargs!r})"
-
-
-def _resolve_futures(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    # Dispatch must see real values (a DataProto's row count decides the chunking), so a future handed
-    # from one group to another is waited for on the driver.
-    args = tuple(a.get() if isinstance(a, WorkerFuture) else a for a in args)
-    kwargs = {k: v.get() if isinstance(v, WorkerFuture) else v for k, v in kwargs.items()}
-    return args, kwargs
 
 
 class WorkerGroup(abc.ABC):
@@ -171,7 +163,9 @@ class WorkerGroup(abc.ABC):
         blocking = attrs["blocking"]
 
         def method(*args: Any, **kwargs: Any) -> Any:
-            args, kwargs = _resolve_futures(args, kwargs)
+            # Dispatch must see real values (a DataProto's row count decides the chunking), so a future
+            # handed over from another group's non-blocking call is waited for here, on the driver.
+            args, kwargs = materialize_futures(args, kwargs)
             dispatched = dispatch_fn(self, *args, **kwargs)
             if not (isinstance(dispatched, tuple) and len(dispatched) == 2 and isinstance(dispatched[1], dict)):
                 raise TypeError(
