@@ -199,11 +199,11 @@ def ensure_converted(
     target: Path,
     *,
     progress: Callable[[str], None] | None = _stderr_progress,
-    convert: Callable[..., Path] = convert_gguf_to_hf,
+    convert: Callable[..., Path] | None = None,
 ) -> Path:
     """Return ``target``, converting ``source`` into it first unless a complete conversion is there.
 
-    ``convert(gguf_path, out_dir, progress=...)`` does the work (injectable for tests).
+    ``convert(gguf_path, out_dir, progress=...)`` does the work (default :func:`convert_gguf_to_hf`).
 
     Raises:
         ModelResolutionError: the wheel is missing and no complete conversion exists.
@@ -226,7 +226,7 @@ def ensure_converted(
         )
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
         try:
-            convert(gguf_path, tmp, progress=say)
+            (convert or convert_gguf_to_hf)(gguf_path, tmp, progress=say)
             write_marker(tmp, record)
             if target.exists():  # outdated or incomplete: move aside first, then swap in atomically
                 old = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-old-", dir=target.parent))
