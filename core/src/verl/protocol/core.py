@@ -400,7 +400,14 @@ class DataProto(DataProtoOpsMixin):
         for key in new:
             if key in existing - set(old):
                 raise DataProtoKeyError(f"cannot rename to {key!r}: batch[{key!r}] already exists")
-        self.batch.rename_key_(tuple(old), tuple(new))
+        if len(set(new)) != len(new) or len(set(old)) != len(old):
+            raise DataProtoError(f"rename keys must be unique, got old_keys={old} new_keys={new}")
+        # Not TensorDict.rename_key_(tuple, tuple): a tuple there is one *nested* key, not several keys.
+        values = [self.batch.get(key) for key in old]
+        for key in old:
+            self.batch.del_(key)
+        for key, value in zip(new, values, strict=True):
+            self.batch.set(key, value)
         return self
 
     def union(self, other: DataProto) -> DataProto:
