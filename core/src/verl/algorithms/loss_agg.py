@@ -32,7 +32,6 @@ LOSS_AGG_MODES = (
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 )
-SEQ_TOKEN_MEAN_EPS = 1e-8  # verl: per-row token mean = Σ / (len + 1e-8)
 _GLOBAL_KEYS = ("dp_size", "batch_num_tokens", "global_batch_size", "loss_scale_factor")
 
 
@@ -62,7 +61,7 @@ def agg_loss(
       - ``token-mean``: Σ m·ℓ / batch_num_tokens · dp_size (default batch_num_tokens: local Σ m).
       - ``token-sum``: Σ m·ℓ · dp_size.
       - ``seq-mean-token-sum``: Σ_i Σ_t m·ℓ / global_batch_size · dp_size (default: local non-empty rows).
-      - ``seq-mean-token-mean``: Σ_i [Σ_t m·ℓ / (L_i + 1e-8)] / global_batch_size · dp_size.
+      - ``seq-mean-token-mean``: Σ_i [Σ_t m·ℓ / L_i] / global_batch_size · dp_size.
       - ``seq-mean-token-sum-norm``: seq-mean-token-sum / loss_scale_factor (default: response_len =
         ``loss_mask.shape[-1]``), Dr.GRPO's constant normaliser.
 
@@ -112,7 +111,8 @@ def agg_loss(
     row_sum = masked_sum(loss_mat, loss_mask, axis=-1)
     nonempty = row_len > 0
     if loss_agg_mode == "seq-mean-token-mean":
-        row_loss = row_sum / (row_len + SEQ_TOKEN_MEAN_EPS)
+        # exact per-row mean; verl divides by (len + 1e-8), identical in fp32 and only there to dodge 0/0
+        row_loss = row_sum / torch.where(nonempty, row_len, torch.ones_like(row_len))
     else:
         row_loss = row_sum
     row_loss = torch.where(nonempty, row_loss, torch.zeros_like(row_loss))
