@@ -377,7 +377,7 @@ class DataProto(DataProtoOpsMixin):
 
         Raises:
             DataProtoTypeError: keys are not a str or a list/tuple of str (verl raises TypeError).
-            DataProtoError: the two lists differ in length (verl raises ValueError).
+            DataProtoError: the two lists differ in length (verl raises ValueError) or repeat a key.
             DataProtoKeyError: an old key is missing, or a new key already exists and is not renamed away.
         """
 
