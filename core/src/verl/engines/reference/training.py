@@ -28,6 +28,7 @@ from typing import Any
 import attrs
 import torch
 
+from verl.algorithms.loss_agg import compute_global_batch_info
 from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budget_plan, trim_padding
 from verl.engines.optim import build_lr_scheduler, build_optimizer
 
@@ -227,12 +228,13 @@ class ReferenceTrainingEngine:
             data: DataProto with the forward inputs, ``response_mask``, whatever ``loss_fn``
                 reads, and ``meta_info["temperature"]``.
             loss_fn: ``loss_fn(micro: DataProto, outputs: dict, norm: dict) -> (loss, metrics)``;
-                ``norm`` carries ``batch_num_tokens`` (valid response tokens of the whole
-                mini-batch), ``global_batch_size`` (rows of the mini-batch) and ``dp_size`` (1),
-                so that summing micro-batch losses gives the mini-batch loss (DESIGN §5, K04).
+                ``norm`` is :func:`verl.algorithms.compute_global_batch_info` of the whole
+                mini-batch (``batch_num_tokens``, ``global_batch_size``, ``dp_size``), so that
+                summing micro-batch losses gives the mini-batch loss (DESIGN §5, K04). Its
+                metrics are additive contributions, summed over the micro-batches.
 
         Returns:
-            metrics as lists of floats: the loss function's metrics per micro-batch, plus
+            metrics as lists of floats: the loss function's metrics per mini-batch, plus
             ``actor/grad_norm`` and ``actor/lr`` per optimizer step and ``actor/skipped_steps``
             (non-finite grad norms so far).
 
@@ -267,16 +269,19 @@ class ReferenceTrainingEngine:
 
     def _train_mini_batch(self, mb: Any, loss_fn: Any, temperature: float, metrics: dict[str, list[float]]) -> None:
         s = self.settings
-        norm = {"batch_num_tokens": int(mb.batch["response_mask"].sum()), "global_batch_size": len(mb), "dp_size": 1}
+        norm = compute_global_batch_info(mb.batch["response_mask"], dp_size=1)
         plan = self._plan(mb, use_dynamic=s.use_dynamic_bsz, micro=s.micro_batch_size, max_tokens=s.max_token_len)
         self.optimizer.zero_grad(set_to_none=True)
+        summed: dict[str, float] = defaultdict(float)
         for rows in plan:
             micro = mb[rows]
             outputs = self.forward_micro_batch(micro.batch, temperature, calculate_entropy=True)
             loss, micro_metrics = loss_fn(micro, outputs, norm)
             loss.backward()
             for key, value in micro_metrics.items():
-                metrics[key].append(float(value))
+                summed[key] += float(value)
+        for key, value in summed.items():
+            metrics[key].append(value)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=s.clip_grad)
         if torch.isfinite(grad_norm):
             self.optimizer.step()

@@ -1,0 +1,355 @@
+"""The RL training loop (GRPO / PPO-style, critic-free estimators) as named stages.
+
+One step, per DESIGN §5 and verl's ``RayPPOTrainer.fit`` (``verl/trainer/ppo/ray_trainer.py``):
+
+    gen -> reward -> old_log_prob -> ref -> adv -> update_actor -> save_checkpoint -> update_weights
+
+each timed as ``timing_s/<stage>``. The trainer is a single-controller program: it holds
+:class:`~verl.protocol.DataProto` batches and calls methods of a worker group; the
+same code drives in-process workers and (later) Ray actors.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.trainer.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    marked_timer,
+    reduce_metrics,
+)
+
+logger = logging.getLogger(__name__)
+
+PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+class PPOTrainer:
+    """Runs ``verl train``: data, worker group, reward, advantage, logging, checkpoints.
+
+    Args:
+        config: resolved :class:`verl.config.RootConfig`.
+        run_dir: where ``config.yaml``, ``metrics.jsonl`` and (by default) checkpoints go.
+
+    Call :meth:`init` then :meth:`fit`.
+    """
+
+    def __init__(self, config: Any, run_dir: str | Path) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.global_steps = 0
+        self.total_training_steps = 0
+        self.final_metrics: dict[str, float] = {}
+        self.validation_history: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ set-up
+
+    def init(self) -> None:
+        """Build datasets, the worker group (engines), reward, KL control, checkpoints, loggers."""
+        from verl.algorithms import get_kl_controller
+        from verl.controller import ClassWithInitArgs, LocalWorkerGroup
+        from verl.data.dataset import RLHFDataset
+        from verl.data.sampler import create_dataloader
+        from verl.models import load_tokenizer, resolve_model_path
+        from verl.trainer.checkpoint import CheckpointManager
+        from verl.trainer.tracking import Tracking
+        from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+        cfg = self.config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        model_path = resolve_model_path(cfg.actor_rollout_ref.model.path)
+        self.tokenizer = load_tokenizer(cfg.actor_rollout_ref.model.tokenizer_path or model_path)
+        self.train_dataset = RLHFDataset(
+            list(cfg.data.train_files), self.tokenizer, cfg.data, max_samples=cfg.data.train_max_samples
+        )
+        self.val_dataset = (
+            RLHFDataset(list(cfg.data.val_files), self.tokenizer, cfg.data, max_samples=cfg.data.val_max_samples)
+            if cfg.data.val_files
+            else None
+        )
+        self.train_dataloader = create_dataloader(self.train_dataset, cfg.data, train=True)
+        self.val_dataloader = (
+            create_dataloader(self.val_dataset, cfg.data, train=False) if self.val_dataset is not None else None
+        )
+        steps_per_epoch = len(self.train_dataloader)
+        if steps_per_epoch == 0:
+            raise ValueError(
+                f"data.train_batch_size={cfg.data.train_batch_size} is larger than the training set "
+                f"({len(self.train_dataset)} prompts after filtering): lower it or add data"
+            )
+        self.steps_per_epoch = steps_per_epoch
+        self.total_training_steps = cfg.trainer.total_training_steps or steps_per_epoch * cfg.trainer.total_epochs
+        if cfg.trainer.controller != "local":
+            raise ValueError(
+                f"trainer.controller={cfg.trainer.controller!r} is not available in this build; use 'local' "
+                "(in-process, world size 1)"
+            )
+        self.actor_rollout_wg = LocalWorkerGroup(ClassWithInitArgs(ActorRolloutRefWorker, cfg, "actor_rollout_ref"))
+        self.actor_rollout_wg.init_model(self.total_training_steps)
+        self.use_reference_policy = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+        self.reward_fn = self._build_reward_manager(num_examine=0)
+        self.val_reward_fn = self._build_reward_manager(num_examine=0)
+        self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
+        ckpt_dir = cfg.trainer.default_local_dir or str(self.run_dir / "checkpoints")
+        self.checkpoints = CheckpointManager(ckpt_dir, max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep)
+        self.tracking = Tracking(
+            project_name=cfg.trainer.project_name,
+            experiment_name=cfg.trainer.experiment_name,
+            backends=list(cfg.trainer.logger),
+            run_dir=self.run_dir,
+            total_steps=self.total_training_steps,
+        )
+
+    def _build_reward_manager(self, num_examine: int) -> Any:
+        from verl.rewards import RewardManager, load_reward_function
+
+        cfg = self.config
+        rm = cfg.reward_model
+        custom = cfg.custom_reward_function
+        compute_score = None
+        if custom.path:
+            compute_score = load_reward_function(custom.path, custom.name, dict(custom.reward_kwargs))
+        return RewardManager(
+            self.tokenizer,
+            compute_score=compute_score,
+            reward_fn_key=cfg.data.reward_fn_key,
+            reward_kwargs=dict(rm.reward_kwargs) if compute_score is None else None,
+            timeout_s=rm.timeout_s,
+            on_error=rm.on_error,
+            num_workers=rm.num_workers,
+            num_examine=num_examine,
+        )
+
+    # ------------------------------------------------------------------ stages
+
+    def _gen_batch(self, batch: Any, *, validate: bool) -> Any:
+        rollout = self.config.actor_rollout_ref.rollout
+        gen = batch.select(batch_keys=list(PROMPT_KEYS))
+        n = rollout.val_kwargs.n if validate else rollout.n
+        gen = gen.repeat(repeat_times=n, interleave=True)
+        gen.meta_info.update(
+            {
+                "validate": validate,
+                "do_sample": rollout.val_kwargs.do_sample if validate else rollout.do_sample,
+                "global_steps": self.global_steps,
+                # Seeding each call from (seed, step) makes a resumed run sample exactly what an
+                # uninterrupted run samples, without saving the sampler's RNG state.
+                "seed": int(rollout.seed) * 1_000_003 + self.global_steps * 2 + int(validate),
+            }
+        )
+        return gen, n
+
+    def _reward(self, batch: Any, reward_fn: Any, metrics: dict[str, Any]) -> None:
+        result = reward_fn(batch, return_dict=True)
+        batch.batch["token_level_scores"] = result["reward_tensor"]
+        for key, values in result["reward_extra_info"].items():
+            if len(values) == len(batch):
+                batch.non_tensor_batch[f"reward_extra/{key}"] = np.array(values, dtype=object)
+        metrics.update(result["metrics"])
+
+    def train_step(self, batch: Any) -> dict[str, Any]:
+        """Run one RL step on a batch of prompts; returns the step's metrics."""
+        from verl.algorithms import agg_loss, apply_kl_penalty, compute_advantage
+
+        cfg = self.config
+        actor = cfg.actor_rollout_ref.actor
+        wg = self.actor_rollout_wg
+        metrics: dict[str, Any] = {}
+        timing: dict[str, float] = {}
+        with marked_timer("step", timing):
+            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            gen_batch, n = self._gen_batch(batch, validate=False)
+            with marked_timer("gen", timing):
+                gen_out = wg.generate_sequences(gen_batch)
+            batch = batch.repeat(repeat_times=n, interleave=True)
+            for key in PROMPT_KEYS:  # the rollout returns the full prompt+response versions
+                batch.batch.pop(key)
+            batch = batch.union(gen_out)
+            batch.meta_info["temperature"] = cfg.actor_rollout_ref.rollout.temperature
+            batch.meta_info.pop("timing", None)
+            with marked_timer("reward", timing):
+                self._reward(batch, self.reward_fn, metrics)
+            with marked_timer("old_log_prob", timing):
+                old = wg.compute_log_prob(batch)
+                entropys = old.batch.pop("entropys")
+                metrics["actor/entropy"] = float(
+                    agg_loss(entropys, batch.batch["response_mask"], actor.loss_agg_mode)
+                )
+                old.meta_info.clear()
+                batch = batch.union(old)
+            if self.use_reference_policy:
+                with marked_timer("ref", timing):
+                    ref = wg.compute_ref_log_prob(batch)
+                    ref.meta_info.clear()
+                    batch = batch.union(ref)
+            with marked_timer("adv", timing):
+                if cfg.algorithm.use_kl_in_reward:
+                    batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl, cfg.algorithm.kl_penalty)
+                    metrics.update(kl_metrics)
+                else:
+                    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+                batch = compute_advantage(
+                    batch,
+                    adv_estimator=cfg.algorithm.adv_estimator,
+                    gamma=cfg.algorithm.gamma,
+                    lam=cfg.algorithm.lam,
+                    num_repeat=n,
+                    norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo,
+                    config=cfg.algorithm,
+                )
+            with marked_timer("update_actor", timing):
+                out = wg.update_actor(batch)
+            metrics.update(reduce_metrics(out.meta_info["metrics"]))
+            self.global_steps += 1
+            if self._should_save():
+                with marked_timer("save_checkpoint", timing):
+                    self.save_checkpoint()
+            with marked_timer("update_weights", timing):
+                wg.update_weights()
+        metrics.update(compute_data_metrics(batch, use_critic=False))
+        metrics.update(compute_timing_metrics(batch, timing))
+        metrics.update(compute_throughput_metrics(batch, timing, n_gpus=1))
+        metrics["training/global_step"] = self.global_steps
+        metrics["training/epoch"] = (self.global_steps - 1) // self.steps_per_epoch
+        return metrics
+
+    def _should_save(self) -> bool:
+        freq = self.config.trainer.save_freq
+        last = self.global_steps >= self.total_training_steps
+        return freq > 0 and (self.global_steps % freq == 0 or last)
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(self) -> dict[str, float]:
+        """Greedy (``val_kwargs``) generation on the validation set; verl's ``val-core`` metrics."""
+        from verl.trainer.validation import compute_validation_metrics
+
+        if self.val_dataloader is None:
+            return {}
+        records: dict[str, list[Any]] = {"data_source": [], "score": [], "acc": [], "uid": [], "input": [], "output": []}
+        extra: dict[str, float] = {}
+        for batch in self.val_dataloader:
+            uids = [str(uuid.uuid4()) for _ in range(len(batch))]
+            gen_batch, n = self._gen_batch(batch, validate=True)
+            out = self.actor_rollout_wg.generate_sequences(gen_batch)
+            batch = batch.repeat(repeat_times=n, interleave=True)
+            for key in PROMPT_KEYS:
+                batch.batch.pop(key)
+            batch = batch.union(out)
+            metrics: dict[str, Any] = {}
+            self._reward(batch, self.val_reward_fn, metrics)
+            for key, value in metrics.items():
+                extra[key] = extra.get(key, 0.0) + float(value)
+            scores = batch.batch["token_level_scores"].sum(-1).tolist()
+            records["score"] += scores
+            acc = batch.non_tensor_batch.get("reward_extra/acc")
+            records["acc"] += list(acc) if acc is not None else [None] * len(scores)
+            records["data_source"] += list(batch.non_tensor_batch["data_source"])
+            records["uid"] += [u for u in uids for _ in range(n)]
+            records["input"] += self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
+            records["output"] += self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
+        result = compute_validation_metrics(records)
+        result.update({f"val-aux/{k}": v for k, v in extra.items()})
+        self._dump_generations(records)
+        self.validation_history.append({"step": self.global_steps, **result})
+        return result
+
+    def _dump_generations(self, records: dict[str, list[Any]]) -> None:
+        import json
+
+        folder = self.config.trainer.validation_data_dir
+        if not folder:
+            return
+        path = Path(folder)
+        path.mkdir(parents=True, exist_ok=True)
+        with open(path / f"{self.global_steps}.jsonl", "w") as fh:
+            for i in range(len(records["score"])):
+                row = {k: records[k][i] for k in ("input", "output", "score", "data_source")}
+                fh.write(json.dumps({**row, "step": self.global_steps}) + "\n")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self) -> Path:
+        """Save actor, dataloader and trainer state as ``global_step_N`` (atomic, tracker last)."""
+        from verl.trainer.checkpoint import capture_rng_state
+
+        state = {
+            "global_steps": self.global_steps,
+            "rng": capture_rng_state(),
+            "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
+        }
+        loader_state = self.train_dataloader.state_dict()
+        return self.checkpoints.save(
+            self.global_steps,
+            {
+                "actor": lambda path: self.actor_rollout_wg.save_checkpoint(str(path)),
+                "data.pt": lambda path: torch.save(loader_state, path),
+                "trainer_state.pt": lambda path: torch.save(state, path),
+            },
+        )
+
+    def load_checkpoint(self) -> int:
+        """Resume per ``trainer.resume_mode``; returns the restored step (0 when starting fresh)."""
+        from verl.trainer.checkpoint import restore_rng_state
+
+        trainer = self.config.trainer
+        found = self.checkpoints.resolve_resume(trainer.resume_mode, trainer.resume_from_path)
+        if found is None:
+            return 0
+        step, path = found
+        self.actor_rollout_wg.load_checkpoint(str(Path(path) / "actor"))
+        self.train_dataloader.load_state_dict(torch.load(Path(path) / "data.pt", weights_only=False))
+        state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
+        restore_rng_state(state["rng"])
+        if self.kl_ctrl is not None and state.get("kl_coef") is not None:
+            self.kl_ctrl.value = state["kl_coef"]
+        self.global_steps = step
+        logger.info("resumed from %s (step %d)", path, step)
+        return step
+
+    # ------------------------------------------------------------------ loop
+
+    def fit(self) -> dict[str, float]:
+        """Train until ``total_training_steps``; returns the last step's metrics.
+
+        Resumes first (``trainer.resume_mode``); a run that already reached the last step
+        reports so and returns without training.
+        """
+        cfg = self.config.trainer
+        self.load_checkpoint()
+        if self.global_steps >= self.total_training_steps:
+            print(
+                f"verl train: already finished ({self.global_steps}/{self.total_training_steps} steps in "
+                f"{self.checkpoints.root}); nothing to do"
+            )
+            return {}
+        if cfg.val_before_train and self.global_steps == 0:
+            val = self.validate()
+            if val:
+                self.tracking.log(val, step=0)
+        metrics: dict[str, Any] = {}
+        while self.global_steps < self.total_training_steps:
+            for batch in self.train_dataloader:
+                metrics = self.train_step(batch)
+                last = self.global_steps >= self.total_training_steps
+                if cfg.test_freq > 0 and (self.global_steps % cfg.test_freq == 0 or last):
+                    with marked_timer("testing", timing := {}):
+                        metrics.update(self.validate())
+                    metrics["timing_s/testing"] = timing["testing"]
+                self.tracking.log(metrics, step=self.global_steps)
+                if last:
+                    break
+        self.final_metrics = metrics
+        return metrics
+
+    def close(self) -> None:
+        """Flush and close the loggers."""
+        self.tracking.close()

@@ -1,0 +1,187 @@
+"""The hybrid-engine worker: actor, rollout and reference policy in one process per rank.
+
+Engines are looked up by name in the plugin manager (``actor.strategy``, ``rollout.name``,
+``rollout.checkpoint_engine.backend``), so the same worker drives the reference engines,
+FSDP, vLLM or any third-party backend. The trainer calls the ``@register``-ed methods on a
+worker group (:class:`verl.controller.LocalWorkerGroup` or the Ray group); data methods use
+``DP_COMPUTE_PROTO`` so a batch is split over data-parallel ranks and joined back in order.
+
+Follows ``verl/workers/engine_workers.py:ActorRolloutRefWorker`` (roles ``actor``,
+``rollout``, ``ref`` and their combinations).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from verl.controller import Dispatch, Worker, register
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+
+
+class ActorRolloutRefWorker(Worker):
+    """One rank of the actor / rollout / reference roles.
+
+    Args:
+        config: :class:`verl.config.RootConfig`.
+        role: one of ``actor``, ``rollout``, ``ref``, ``actor_rollout``, ``actor_rollout_ref``.
+
+    Raises:
+        ValueError: unknown role.
+    """
+
+    def __init__(self, config: Any, role: str = "actor_rollout_ref") -> None:
+        super().__init__()
+        if role not in ROLES:
+            raise ValueError(f"ActorRolloutRefWorker role must be one of {ROLES}, got {role!r}")
+        self.config = config
+        self.role = role
+        self._is_actor = "actor" in role
+        self._is_rollout = "rollout" in role
+        self._is_ref = role in ("ref", "actor_rollout_ref")
+        self.actor = self.rollout = self.ref = self.weight_sync = None
+        self.tokenizer = None
+
+    # ------------------------------------------------------------------ set-up
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self, total_training_steps: int = 1) -> dict[str, Any]:
+        """Resolve the model, build the engines of this worker's roles; returns a short summary."""
+        from verl.models import load_tokenizer, resolve_model_path
+        from verl.platform import current_platform
+        from verl.plugins import get_plugin_manager
+
+        cfg = self.config
+        arr = cfg.actor_rollout_ref
+        platform = current_platform()
+        platform.manual_seed(cfg.trainer.seed + self.rank)
+        device = platform.torch_device()
+        model_path = resolve_model_path(arr.model.path)
+        self.tokenizer = load_tokenizer(arr.model.tokenizer_path or model_path)
+        pm = get_plugin_manager()
+        if self._is_actor:
+            spec = pm.get("training_engine", arr.actor.strategy)
+            self.actor = spec.factory(
+                cfg,
+                role="actor",
+                model=model_path,
+                total_training_steps=total_training_steps,
+                device=device,
+                world_size=self.world_size,
+            )
+        if self._is_ref and (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward):
+            spec = pm.get("training_engine", arr.actor.strategy)
+            self.ref = spec.factory(cfg, role="ref", model=model_path, device=device, world_size=self.world_size)
+        if self._is_rollout:
+            spec = pm.get("rollout_engine", arr.rollout.name)
+            shared = self.actor is not None and "share_module" in spec.capabilities and hasattr(self.actor, "model")
+            # Sharing the actor's module avoids a second copy of the weights (and makes sync free);
+            # only backends that declare it can generate from a module they do not own.
+            self.rollout = spec.factory(
+                cfg, model=self.actor.model if shared else model_path, tokenizer=self.tokenizer, device=device
+            )
+            if self.actor is not None:
+                backend = arr.rollout.checkpoint_engine.backend
+                self.weight_sync = pm.get("checkpoint_engine", backend).factory(cfg)
+        return {
+            "rank": self.rank,
+            "model_path": str(model_path),
+            "device": str(device),
+            "roles": self.role,
+            "ref": self.ref is not None,
+        }
+
+    # ------------------------------------------------------------------ rollout
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: Any) -> Any:
+        """Generate one response per row (rows already repeated ``n`` times); verl's output keys."""
+        self._need(self.rollout, "rollout")
+        start = time.perf_counter()
+        out = self.rollout.generate(prompts)
+        out.meta_info.setdefault("timing", {})["generate_sequences"] = time.perf_counter() - start
+        return out
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def update_weights(self) -> dict[str, Any]:
+        """Push the actor's weights into the rollout engine through the checkpoint engine."""
+        self._need(self.actor, "actor")
+        self._need(self.rollout, "rollout")
+        return self.weight_sync.sync(self.actor, self.rollout)
+
+    # ------------------------------------------------------------------ actor / ref
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: Any) -> Any:
+        """``old_log_probs`` and ``entropys`` ``(bs, resp_len)`` under the current actor weights."""
+        self._need(self.actor, "actor")
+        return self.actor.compute_log_prob(data, calculate_entropy=True)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: Any) -> Any:
+        """``ref_log_prob`` ``(bs, resp_len)`` under the frozen reference policy."""
+        self._need(self.ref, "ref (enable actor.use_kl_loss or algorithm.use_kl_in_reward)")
+        out = self.ref.compute_log_prob(data, calculate_entropy=False)
+        out.rename("old_log_probs", "ref_log_prob")
+        return out
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: Any) -> Any:
+        """One training step of the actor on ``data``; returns metrics in ``meta_info["metrics"]``."""
+        from verl.workers.losses import make_ppo_loss
+
+        self._need(self.actor, "actor")
+        start = time.perf_counter()
+        metrics = self.actor.train_batch(data, make_ppo_loss(self.config.actor_rollout_ref.actor))
+        metrics["perf/update_actor_s"] = [time.perf_counter() - start]
+        return _metrics_proto(metrics)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """Write this rank's actor state (model, optimizer, scheduler) under ``path``."""
+        self._need(self.actor, "actor")
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save(self.actor.state_dict(), folder / f"model_world_size_{self.world_size}_rank_{self.rank}.pt")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote, then re-sync the rollout weights."""
+        self._need(self.actor, "actor")
+        file = Path(path) / f"model_world_size_{self.world_size}_rank_{self.rank}.pt"
+        if not file.exists():
+            raise FileNotFoundError(
+                f"actor checkpoint {file} not found (saved with another world size? expected "
+                f"world_size={self.world_size})"
+            )
+        self.actor.load_state_dict(torch.load(file, map_location="cpu", weights_only=False))
+        if self.rollout is not None:
+            self.weight_sync.sync(self.actor, self.rollout)
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO)
+    def export_hf(self, path: str) -> str:
+        """Write the actor as a HF folder (weights + tokenizer) loadable by ``from_pretrained``."""
+        self._need(self.actor, "actor")
+        self.actor.save_hf(path, self.tokenizer)
+        return str(path)
+
+    @staticmethod
+    def _need(engine: Any, name: str) -> None:
+        if engine is None:
+            raise RuntimeError(f"this worker has no {name} engine (call init_model first, or check its role)")
+
+
+def _metrics_proto(metrics: dict[str, list[float]]) -> Any:
+    from verl.protocol import DataProto
+
+    # An empty batch carrying only meta_info: DP_COMPUTE_PROTO concat merges the metrics of every rank.
+    return DataProto(batch=None, non_tensor_batch={}, meta_info={"metrics": metrics})

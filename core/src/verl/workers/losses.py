@@ -1,0 +1,80 @@
+"""The actor's PPO loss as a training-engine loss function.
+
+``make_ppo_loss(actor_config)`` returns ``loss_fn(micro, outputs, norm) -> (loss, metrics)``
+for :meth:`TrainingEngine.train_batch`. Every term is aggregated with the *mini-batch*
+normalisers in ``norm`` (see :func:`verl.algorithms.compute_global_batch_info`), so the
+micro-batch losses sum to the mini-batch loss (DESIGN §5, K04). Metrics are returned as
+additive contributions: the engine sums them over the micro-batches of a mini-batch, which
+gives the token-weighted mini-batch value of every metric (losses and fractions alike).
+
+Follows ``verl/workers/utils/losses.py:ppo_loss``:
+``loss = pg_loss - entropy_coeff * entropy + kl_loss_coef * kl_loss`` (K10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from verl.algorithms import agg_loss, combine_actor_loss, get_policy_loss_fn, kl_penalty
+
+LossFn = Callable[[Any, dict[str, torch.Tensor], dict[str, Any]], tuple[torch.Tensor, dict[str, float]]]
+
+
+def make_ppo_loss(actor: Any) -> LossFn:
+    """Build the actor loss for the ``actor_rollout_ref.actor`` config section ``actor``.
+
+    The micro-batch must carry ``old_log_probs``, ``advantages``, ``response_mask``
+    ``(bs, resp_len)``, plus ``ref_log_prob`` when ``actor.use_kl_loss`` and optionally
+    ``rollout_is_weights``.
+
+    Raises:
+        ValueError: (at build time) for an unknown ``policy_loss.loss_mode``.
+        KeyError: (at call time) if a required tensor is missing, naming it.
+    """
+    policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
+    mode = actor.loss_agg_mode
+
+    def loss_fn(micro: Any, outputs: dict[str, torch.Tensor], norm: dict[str, Any]) -> tuple[torch.Tensor, dict]:
+        batch = micro.batch
+        for key in ("old_log_probs", "advantages", "response_mask"):
+            if key not in batch.keys():
+                raise KeyError(f"actor update needs batch[{key!r}]; present: {sorted(batch.keys())}")
+        mask = batch["response_mask"]
+        log_prob = outputs["log_probs"]
+        is_weights = batch["rollout_is_weights"] if "rollout_is_weights" in batch.keys() else None
+        pg_loss, pg_metrics = policy_loss_fn(
+            old_log_prob=batch["old_log_probs"],
+            log_prob=log_prob,
+            advantages=batch["advantages"],
+            response_mask=mask,
+            loss_agg_mode=mode,
+            config=actor,
+            rollout_is_weights=is_weights,
+            global_batch_info=norm,
+        )
+        entropy = agg_loss(outputs["entropys"], mask, mode, **norm) if "entropys" in outputs else None
+        kl_loss = None
+        if actor.use_kl_loss:
+            if "ref_log_prob" not in batch.keys():
+                raise KeyError("actor.use_kl_loss=true needs batch['ref_log_prob'] (run the reference policy)")
+            kl = kl_penalty(log_prob, batch["ref_log_prob"], actor.kl_loss_type)
+            kl_loss = agg_loss(kl, mask, mode, **norm)
+        loss = combine_actor_loss(
+            pg_loss, kl_loss=kl_loss, kl_coef=actor.kl_loss_coef, entropy=entropy, entropy_coeff=actor.entropy_coeff
+        )
+        # Ratio-type metrics are per-micro means: weight them by the micro-batch's token share.
+        share = float(mask.sum()) / max(1, int(norm["batch_num_tokens"]))
+        metrics = {key: float(value) * share for key, value in pg_metrics.items()}
+        metrics["actor/pg_loss"] = float(pg_loss.detach())
+        metrics["actor/loss"] = float(loss.detach())
+        if entropy is not None:
+            metrics["actor/entropy_loss"] = float(entropy.detach())
+        if kl_loss is not None:
+            metrics["actor/kl_loss"] = float(kl_loss.detach())
+            metrics["actor/kl_coef"] = float(actor.kl_loss_coef) * share
+        return loss, metrics
+
+    return loss_fn

@@ -1,0 +1,61 @@
+"""Test sessions for the verl monorepo, generated from one list of plugins.
+
+    nox                 # default: lint + core
+    nox -s core         # core installed with its test extras, runs core/tests and tests/
+    nox -s "plugin(fsdp)"   # core + one plugin installed in one step (when plugins exist)
+    nox -l              # list every session
+
+Every session installs the CPU build of torch first (``TORCH_PIN``) so that nothing pulls a
+multi-GB CUDA build on a CPU machine; packages themselves declare the range users need.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "core"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+# The local CPU wheel; satisfies every package's `torch>=...` range, so pip installs nothing more.
+TORCH_PIN = os.environ.get("VERL_TORCH_PIN", "torch==2.13.0")
+
+# One entry per plugin distribution under plugins/: short name -> folder. Sessions
+# `plugin(<name>)` and `isolation(<name>)` are generated from this list.
+PLUGINS: dict[str, str] = {}
+
+
+def _install_core(session: nox.Session, *extra: str) -> None:
+    session.install(TORCH_PIN)
+    session.install("./core[test]", *extra)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff lint + format check over the whole tree."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=PYTHON)
+def core(session: nox.Session) -> None:
+    """verl-core alone: unit tests (core/tests) and cross-package CLI tests (tests/)."""
+    _install_core(session)
+    session.run("pytest", "core/tests", "tests", "-m", "not slow and not gpu and not npu", *session.posargs)
+
+
+def _plugin_session(name: str, folder: str) -> None:
+    @nox.session(python=PYTHON, name=f"plugin({name})")
+    def _session(session: nox.Session) -> None:
+        session.install(TORCH_PIN)
+        # One install call so the local core satisfies the plugin's verl-core requirement.
+        session.install("./core[test]", f"./{folder}[test]")
+        session.run("pytest", f"{folder}/tests", *session.posargs)
+
+
+for _name, _folder in PLUGINS.items():
+    _plugin_session(_name, _folder)
