@@ -8,7 +8,6 @@ signatures (verl/trainer/ppo/core_algos.py). Estimators and policy losses are lo
 from verl.algorithms.actor_loss import combine_actor_loss, compute_entropy_loss
 from verl.algorithms.advantage import (
     AdvantageEstimator,
-    compute_advantage,
     compute_gae_advantage_return,
     compute_gpg_outcome_advantage,
     compute_grpo_outcome_advantage,
@@ -17,9 +16,9 @@ from verl.algorithms.advantage import (
     compute_reinforce_plus_plus_baseline_outcome_advantage,
     compute_reinforce_plus_plus_outcome_advantage,
     compute_remax_outcome_advantage,
-    compute_response_mask,
     compute_rloo_outcome_advantage,
 )
+from verl.algorithms.driver import compute_advantage, compute_response_mask
 from verl.algorithms.kl import (
     KL_PENALTY_MODES,
     AdaptiveKLController,

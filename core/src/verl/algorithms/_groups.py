@@ -1,0 +1,81 @@
+"""Group bookkeeping shared by the outcome-advantage estimators (see verl.algorithms.advantage).
+
+Rows are grouped by ``index`` (the uid column); statistics use only *valid* rows (at least one mask slot)
+and are computed in float64 (K01-K03).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from verl.algorithms.utils import masked_sum
+
+
+def check_2d(name: str, t: torch.Tensor, like: torch.Tensor | None = None) -> None:
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be (batch, response_len), got shape {tuple(t.shape)}")
+    if like is not None and t.shape != like.shape:
+        raise ValueError(f"{name} shape {tuple(t.shape)} != token_level_rewards shape {tuple(like.shape)}")
+
+
+def mask_f(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return mask.to(dtype)
+
+
+def group_ids(index: Any, batch_size: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """Map arbitrary hashable group ids to 0..G-1 in order of first appearance."""
+    if index is None:
+        raise ValueError("index (one group id per row, the 'uid' column) is required by this estimator")
+    items = index.tolist() if hasattr(index, "tolist") else list(index)
+    if len(items) != batch_size:
+        raise ValueError(f"index has {len(items)} entries but the batch has {batch_size} rows")
+    codes: dict[Any, int] = {}
+    try:
+        inv = [codes.setdefault(key, len(codes)) for key in items]
+    except TypeError as err:
+        raise TypeError(f"index entries must be hashable group ids (str/int), got {type(items[0]).__name__}") from err
+    return torch.tensor(inv, dtype=torch.long, device=device), len(codes)
+
+
+class Groups:
+    """Per-row view of per-group statistics over the *valid* rows (rows with at least one mask slot)."""
+
+    def __init__(self, scores: torch.Tensor, valid: torch.Tensor, index: Any) -> None:
+        device = scores.device
+        self.gid, g = group_ids(index, scores.shape[0], device)
+        w = valid.to(torch.float64)
+        zeros = torch.zeros(g, dtype=torch.float64, device=device)
+        self.size_all = zeros.index_add(0, self.gid, torch.ones_like(w))[self.gid]
+        cnt = zeros.index_add(0, self.gid, w)
+        mean = zeros.index_add(0, self.gid, scores * w) / cnt.clamp(min=1)
+        dev2 = ((scores - mean[self.gid]) * w) ** 2
+        var = zeros.index_add(0, self.gid, dev2) / (cnt - 1).clamp(min=1)
+        var = torch.where(cnt > 1, var, torch.zeros_like(var))
+        neg_inf = torch.full_like(zeros, -torch.inf)
+        hi = neg_inf.scatter_reduce(0, self.gid, torch.where(valid, scores, -torch.inf), "amax")
+        lo = (-neg_inf).scatter_reduce(0, self.gid, torch.where(valid, scores, torch.inf), "amin")
+        self.count = cnt[self.gid]
+        self.mean = mean[self.gid]
+        self.std = var.sqrt()[self.gid]
+        self.all_equal = (hi == lo)[self.gid]
+        self.n_groups = g
+
+
+def masked_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(masked score per row in float64, valid-row flag)."""
+    check_2d("token_level_rewards", token_level_rewards)
+    check_2d("response_mask", response_mask, token_level_rewards)
+    scores = masked_sum(token_level_rewards.to(torch.float64), response_mask, axis=-1)
+    valid = (response_mask != 0).any(dim=-1)
+    return scores, valid
+
+
+def broadcast(per_row: torch.Tensor, valid: torch.Tensor, like: torch.Tensor, response_mask: torch.Tensor):
+    per_row = torch.where(valid, per_row, torch.zeros_like(per_row)).to(like.dtype)
+    return per_row.unsqueeze(-1) * mask_f(response_mask, like.dtype)
+
+
+def safe_ratio(num: torch.Tensor, denom: torch.Tensor) -> torch.Tensor:
+    return torch.where(denom > 0, num / torch.where(denom > 0, denom, torch.ones_like(denom)), torch.zeros_like(num))
