@@ -1,4 +1,4 @@
-"""Advantage estimators, registered under verl's names with verl's keyword signatures (driver: verl.algorithms.driver).
+"""Advantage estimators under verl's names and keyword signatures (the DataProto driver is in driver.py).
 
 Shapes: ``token_level_rewards``, ``response_mask``, ``values`` are (batch, response_len) float tensors
 (the mask may be bool/int/float 0-1); ``index`` is a length-batch array of hashable group ids (the
