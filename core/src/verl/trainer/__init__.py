@@ -1,0 +1,1 @@
+"""verl.trainer: the RL training loop and its support modules (checkpoints, metrics, tracking)."""

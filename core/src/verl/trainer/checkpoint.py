@@ -1,0 +1,498 @@
+"""Run checkpoints laid out as verl's trainer does (anatomy §3.8), saved so that a crash never costs the last one.
+
+Layout under ``default_local_dir``: ``global_step_{N}/`` holding named parts — ``actor/`` (an engine's files, or
+``state.pt`` = torch.save of {model, optimizer, lr_scheduler}), optional ``critic/``, ``data.pt`` (dataloader
+state), ``trainer_state.pt`` (step, :func:`capture_rng_state`, ...) — and ``latest_checkpointed_iteration.txt``
+(verl's tracker: the bare step number), written LAST.
+
+Save protocol (known-failures K18): parts are written into ``global_step_{N}.tmp-<pid>`` beside the final
+folder, every file and folder is fsynced, the folder is renamed to ``global_step_{N}`` (atomic on POSIX), the
+tracker is replaced atomically (temp file + ``os.replace``), and only then are old checkpoints rotated out.
+Rotation renames a folder to ``global_step_{N}.del-<pid>`` before deleting it, so an interrupted delete never
+leaves a half folder that looks like a checkpoint. Scratch folders of dead processes (``.tmp-``, ``.del-``,
+``.old-``) are cleaned when a manager starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import re
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+TRACKER_FILE = "latest_checkpointed_iteration.txt"
+RESUME_MODES = ("disable", "auto", "resume_path")
+PART_STATE_FILE = "state.pt"  # file inside a folder part given as a plain object (no suffix in its name)
+
+_STEP_DIR = re.compile(r"^global_step_(\d+)$")
+_SCRATCH_DIR = re.compile(r"^(global_step_\d+)\.(tmp|old|del)-(\d+)$")
+
+PartWriter = Callable[[Path], None]
+
+
+class CheckpointError(Exception):
+    """Base class of checkpoint errors."""
+
+
+class CheckpointSaveError(CheckpointError, RuntimeError):
+    """Saving ``step`` failed; the previous checkpoint and tracker are untouched. ``__cause__`` is the error."""
+
+    def __init__(self, step: int, reason: str):
+        self.step = step
+        super().__init__(
+            f"saving checkpoint global_step_{step} failed while {reason}; the previous checkpoint and "
+            f"{TRACKER_FILE} were left unchanged"
+        )
+
+
+class CheckpointResumeError(CheckpointError, ValueError):
+    """Bad ``resume_mode`` / ``resume_from_path`` (e.g. a last path component that is not ``global_step_N``)."""
+
+
+class CheckpointNotFoundError(CheckpointResumeError, FileNotFoundError):
+    """A checkpoint folder or part that was asked for does not exist."""
+
+
+def parse_global_step(path: str | os.PathLike[str]) -> int:
+    """Step number of a checkpoint folder, from its LAST path component only (K17c).
+
+    ``".../global_step_900/archive/global_step_12"`` -> ``12``; a trailing slash is ignored.
+
+    Raises:
+        CheckpointResumeError: the last component is not exactly ``global_step_<digits>``.
+    """
+    name = Path(os.fspath(path)).name
+    match = _STEP_DIR.match(name)
+    if match is None:
+        raise CheckpointResumeError(
+            f"checkpoint path {os.fspath(path)!r}: its last component {name!r} is not 'global_step_<N>'; "
+            "point trainer.resume_from_path at the global_step_<N> folder itself"
+        )
+    return int(match.group(1))
+
+
+def first_step_after_resume(saved_index: int, sync_interval: int = 1) -> int:
+    """The first training step to run after resuming from checkpoint index ``saved_index`` (K17 a/b).
+
+    verl counts steps from 1 and saves *after* a step completes, so a checkpoint named ``global_step_100``
+    holds the state after step 100 and training resumes at step 101 — not 102. In the asynchronous modes the
+    saved index counts parameter-sync versions, each ``sync_interval`` local steps long, so the step counter
+    resumes at ``saved_index * sync_interval + 1`` (100 versions x 4 -> 401). ``sync_interval=1`` is the
+    synchronous trainer.
+
+    Raises:
+        ValueError: ``saved_index < 0`` or ``sync_interval < 1`` (or non-int values).
+    """
+    for name, value, low in (("saved_index", saved_index, 0), ("sync_interval", sync_interval, 1)):
+        if not _is_int(value) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return saved_index * sync_interval + 1
+
+
+def load_part(
+    checkpoint_path: str | os.PathLike[str], name: str, *, weights_only: bool = True, map_location: Any = "cpu"
+) -> Any:
+    """Load a part written by :meth:`CheckpointManager.save` from an object (``torch.load``).
+
+    ``name`` with a suffix (``"data.pt"``) is a file; without one (``"actor"``) it is the folder's
+    ``state.pt``. ``weights_only=True`` (torch's safe loader) handles tensors, containers of primitives,
+    optimizer state dicts and :func:`capture_rng_state` output; pass ``False`` for other pickled objects.
+
+    Raises:
+        CheckpointNotFoundError: the part is missing (the message lists the parts present).
+    """
+    root = Path(checkpoint_path)
+    target = root / name
+    if target.is_dir():
+        target = target / PART_STATE_FILE
+    if not target.is_file():
+        present = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+        raise CheckpointNotFoundError(f"checkpoint {root} has no part {name!r} ({target} missing); present: {present}")
+    return torch.load(target, map_location=map_location, weights_only=weights_only)
+
+
+class CheckpointManager:
+    """Save, find, resume and rotate ``global_step_N`` checkpoints under one run directory.
+
+    Args:
+        default_local_dir: the run's checkpoint folder (verl ``trainer.default_local_dir``); created if missing.
+        max_ckpt_to_keep: keep at most this many complete checkpoints (verl ``trainer.max_actor_ckpt_to_keep``);
+            ``None`` or ``0`` keeps all. Checkpoints already on disk count (K18b: a resumed run rotates out the
+            checkpoint it resumed from once a newer one is safely saved).
+
+    Single writer: one process (the trainer driver) saves into a directory at a time. Raises ValueError for a
+    negative or non-int ``max_ckpt_to_keep``.
+    """
+
+    def __init__(self, default_local_dir: str | os.PathLike[str], max_ckpt_to_keep: int | None = None):
+        if max_ckpt_to_keep is not None and not (_is_int(max_ckpt_to_keep) and max_ckpt_to_keep >= 0):
+            raise ValueError(
+                f"max_ckpt_to_keep must be None or an int >= 0 (0/None: keep all), got {max_ckpt_to_keep!r}"
+            )
+        self.root = Path(os.path.abspath(os.path.expanduser(os.fspath(default_local_dir))))
+        self.max_ckpt_to_keep = max_ckpt_to_keep
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._cleanup_scratch()
+        # rotation order: checkpoints found on disk (oldest step first), then this process's saves in save order
+        self._tracked: list[int] = [step for step, _ in self._scan()]
+
+    @property
+    def tracker_path(self) -> Path:
+        return self.root / TRACKER_FILE
+
+    @property
+    def tracked_steps(self) -> list[int]:
+        """Steps considered for rotation, oldest first (a copy)."""
+        return list(self._tracked)
+
+    def step_dir(self, step: int) -> Path:
+        return self.root / f"global_step_{step}"
+
+    # ------------------------------------------------------------------ save
+    def save(self, step: int, parts: Mapping[str, PartWriter | Any]) -> Path:
+        """Write checkpoint ``step`` atomically, then the tracker, then rotate; returns ``global_step_{step}``.
+
+        Args:
+            step: the global step just completed (int >= 0).
+            parts: ``{relative name: writer or object}``. A callable gets the target path
+                (``<tmp>/<name>``, parent created) and writes a file or folder there. An object is
+                ``torch.save``-d to ``<name>`` when the name has a suffix (``"data.pt"``), else to
+                ``<name>/state.pt`` (``"actor"``). Read back with :func:`load_part`.
+
+        A checkpoint already named ``global_step_{step}`` is replaced only after the new one is complete.
+
+        Raises:
+            CheckpointSaveError: any failure while writing, syncing, renaming or writing the tracker (the
+                message names the step, the part and the cause); the temp folder is removed and the previous
+                checkpoint and tracker are untouched. Rotation failures are logged, not raised.
+            TypeError / ValueError: bad ``step``, empty ``parts`` or a bad part name (nothing written).
+        """
+        if not _is_int(step) or step < 0:
+            raise ValueError(f"checkpoint step must be an int >= 0, got {step!r}")
+        if not isinstance(parts, Mapping) or not parts:
+            raise ValueError(f"parts must be a non-empty mapping {{name: writer or object}}, got {parts!r}")
+        for name, part in parts.items():
+            _check_part(name, part)
+
+        final = self.step_dir(step)
+        tmp = self.root / f"{final.name}.tmp-{os.getpid()}"
+        current: str | None = None
+        try:
+            _remove_tree(tmp)  # left by an earlier failed attempt of this same process
+            tmp.mkdir()
+            for name, part in parts.items():
+                current = name
+                _write_part(tmp / name, part)
+            current = None
+            _fsync_tree(tmp)
+        except BaseException as exc:
+            _remove_tree(tmp, quiet=True)
+            if not isinstance(exc, Exception):
+                raise
+            where = f"writing part {current!r}" if current is not None else "syncing files to disk"
+            raise CheckpointSaveError(step, f"{where}: {type(exc).__name__}: {exc}") from exc
+
+        self._publish(step, tmp, final)
+        logger.info("saved checkpoint %s", final)
+        self._rotate(step)
+        return final
+
+    def _publish(self, step: int, tmp: Path, final: Path) -> None:
+        displaced: Path | None = None
+        published = False
+        stage = "renaming the temp folder into place"
+        try:
+            if final.exists():
+                displaced = self.root / f"{final.name}.old-{os.getpid()}"
+                _remove_tree(displaced)
+                os.rename(final, displaced)
+            os.rename(tmp, final)
+            published = True
+            _fsync_dir(self.root)
+            stage = f"writing {TRACKER_FILE}"
+            self._write_tracker(step)
+        except BaseException as exc:
+            # roll back so the previous tracker and the folder it names stay the authoritative checkpoint
+            _remove_tree(final if published else tmp, quiet=True)
+            if displaced is not None and displaced.exists() and not final.exists():
+                os.rename(displaced, final)
+            if not isinstance(exc, Exception):
+                raise
+            raise CheckpointSaveError(step, f"{stage}: {type(exc).__name__}: {exc}") from exc
+        if displaced is not None:
+            _remove_tree(displaced, quiet=True)
+
+    def _write_tracker(self, step: int) -> None:
+        tmp = self.root / f"{TRACKER_FILE}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(str(step))  # verl's format: the bare number
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.tracker_path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.root)
+
+    def _rotate(self, saved_step: int) -> None:
+        if saved_step in self._tracked:
+            self._tracked.remove(saved_step)
+        self._tracked.append(saved_step)
+        if not self.max_ckpt_to_keep:
+            return
+        for step in self._tracked[: -self.max_ckpt_to_keep]:
+            path = self.step_dir(step)
+            try:
+                _discard(path)
+            except OSError as exc:
+                logger.warning("could not remove old checkpoint %s (kept, will retry next save): %s", path, exc)
+                continue
+            self._tracked.remove(step)
+            logger.info("removed old checkpoint %s (max_ckpt_to_keep=%d)", path, self.max_ckpt_to_keep)
+
+    # ------------------------------------------------------------------ find / resume
+    def latest(self) -> tuple[int, Path] | None:
+        """``(step, path)`` named by the tracker; without a usable tracker, the newest complete
+        ``global_step_N`` folder (never a ``.tmp-`` folder); ``None`` when there is no checkpoint."""
+        step = self._read_tracker()
+        if step is not None:
+            path = self.step_dir(step)
+            if path.is_dir():
+                return step, path
+            logger.warning("%s names step %d but %s is missing; using the newest folder", TRACKER_FILE, step, path)
+        found = self._scan()
+        return found[-1] if found else None
+
+    def resolve_resume(
+        self, resume_mode: str, resume_from_path: str | os.PathLike[str] | None = None
+    ) -> tuple[int, Path] | None:
+        """Which checkpoint to resume from (verl ``trainer.resume_mode`` / ``trainer.resume_from_path``).
+
+        ``"disable"`` -> ``None``; ``"auto"`` -> :meth:`latest` (``None``: train from scratch);
+        ``"resume_path"`` -> ``(parse_global_step(path), path)``, relative paths taken from the current
+        directory. The first step to run is then :func:`first_step_after_resume` of the returned step.
+
+        Raises:
+            CheckpointResumeError: unknown mode, ``resume_path`` without a path, or a path whose last component
+                is not ``global_step_N`` (K17c). CheckpointNotFoundError: the path does not exist.
+        """
+        if resume_mode not in RESUME_MODES:
+            raise CheckpointResumeError(f"trainer.resume_mode={resume_mode!r} is not one of {list(RESUME_MODES)}")
+        if resume_mode == "disable":
+            return None
+        if resume_mode == "auto":
+            if resume_from_path:
+                logger.warning("resume_mode='auto' ignores resume_from_path=%s (use 'resume_path')", resume_from_path)
+            found = self.latest()
+            if found is None:
+                logger.info("no checkpoint under %s: training from scratch", self.root)
+            return found
+        if not resume_from_path:
+            raise CheckpointResumeError(
+                "resume_mode='resume_path' needs trainer.resume_from_path=<dir>/global_step_<N>"
+            )
+        path = Path(os.path.abspath(os.path.expanduser(os.fspath(resume_from_path))))
+        step = parse_global_step(path)
+        if not path.is_dir():
+            raise CheckpointNotFoundError(
+                f"trainer.resume_from_path={os.fspath(resume_from_path)!r}: checkpoint folder {path} does not exist"
+            )
+        return step, path
+
+    def _read_tracker(self) -> int | None:
+        try:
+            text = self.tracker_path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            logger.warning("ignoring %s with unreadable content %r", self.tracker_path, text[:50])
+            return None
+
+    def _scan(self) -> list[tuple[int, Path]]:
+        matches = ((_STEP_DIR.match(entry.name), entry) for entry in self.root.iterdir())
+        return sorted((int(m.group(1)), entry) for m, entry in matches if m is not None and entry.is_dir())
+
+    def _cleanup_scratch(self) -> None:
+        for entry in sorted(self.root.iterdir()):
+            match = _SCRATCH_DIR.match(entry.name)
+            if match is None or not entry.is_dir():
+                continue
+            final_name, kind, pid = match.group(1), match.group(2), int(match.group(3))
+            if _pid_alive(pid):
+                logger.warning("leaving %s: process %d is alive (another run saving into %s?)", entry, pid, self.root)
+                continue
+            final = self.root / final_name
+            if kind == "old" and not final.exists():
+                # a replaced checkpoint whose replacement never got published: it is still the good one
+                os.rename(entry, final)
+                logger.warning("restored %s from %s left by killed process %d", final, entry.name, pid)
+                continue
+            _remove_tree(entry, quiet=True)
+            logger.warning("removed stale checkpoint scratch folder %s left by killed process %d", entry, pid)
+
+
+# ---------------------------------------------------------------------- RNG state
+def capture_rng_state(platform: Any = None) -> dict[str, Any]:
+    """RNG state of python ``random``, numpy's global generator, torch CPU and (if any) the accelerator.
+
+    Args:
+        platform: a ``verl.platform.Platform``; ``None`` -> ``verl.platform.current_platform()``. Device RNG
+            goes through ``platform.device_module`` (``torch.cuda``, ``torch.npu``, ...), never ``torch.cuda``
+            directly; it is skipped on CPU or when ``verl.platform`` is not importable.
+
+    Returns:
+        ``{"python": random.getstate(), "numpy": {bit_generator, key (list of 624 ints), pos, has_gauss,
+        cached_gaussian}, "torch_cpu": ByteTensor, "device"?: {"device_type", "states": [ByteTensor per
+        device]}}`` — only primitives and tensors, so ``torch.load(weights_only=True)`` reads it back.
+    """
+    name, key, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    numpy_state = {"bit_generator": str(name), "key": key.tolist(), "pos": int(pos), "has_gauss": int(has_gauss)}
+    numpy_state["cached_gaussian"] = float(cached)
+    state: dict[str, Any] = {"python": random.getstate(), "numpy": numpy_state, "torch_cpu": torch.get_rng_state()}
+    platform, module = _device_rng_module(platform)
+    if module is not None:
+        state["device"] = {"device_type": platform.device_type, "states": list(module.get_rng_state_all())}
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any], platform: Any = None) -> None:
+    """Restore what :func:`capture_rng_state` captured (same ``platform`` rule).
+
+    A device state saved on another device type, or here without an accelerator, is skipped with a warning;
+    with a different device count, the common devices are restored (warning).
+
+    Raises:
+        KeyError: ``python``, ``numpy`` or ``torch_cpu`` missing (the message lists the keys present).
+    """
+    missing = [k for k in ("python", "numpy", "torch_cpu") if k not in state]
+    if missing:
+        raise KeyError(f"RNG state lacks {missing}; got keys {sorted(state)} (expected capture_rng_state() output)")
+    version, internal, gauss_next = state["python"]
+    random.setstate((version, tuple(internal), gauss_next))
+    nps = state["numpy"]
+    key = np.asarray(nps["key"], dtype=np.uint32)
+    np.random.set_state((nps["bit_generator"], key, int(nps["pos"]), int(nps["has_gauss"]), nps["cached_gaussian"]))
+    torch.set_rng_state(torch.as_tensor(state["torch_cpu"], dtype=torch.uint8).cpu())
+    device = state.get("device")
+    if device is None:
+        return
+    platform, module = _device_rng_module(platform)
+    if module is None or platform.device_type != device["device_type"]:
+        here = "no accelerator" if module is None else platform.device_type
+        logger.warning("not restoring %s RNG state: this process has %s", device["device_type"], here)
+        return
+    saved = list(device["states"])
+    count = module.device_count()
+    if count != len(saved):
+        logger.warning("RNG state saved for %d %s devices, %d visible now", len(saved), device["device_type"], count)
+    for index, rng in enumerate(saved[:count]):
+        module.set_rng_state(torch.as_tensor(rng, dtype=torch.uint8).cpu(), index)
+
+
+def _device_rng_module(platform: Any) -> tuple[Any, Any]:
+    if platform is None:
+        try:
+            from verl.platform import current_platform
+        except ImportError:
+            return None, None
+        platform = current_platform()
+    module = platform.device_module
+    if module is None or not hasattr(module, "get_rng_state_all") or not module.is_available():
+        return platform, None
+    return platform, module
+
+
+# ---------------------------------------------------------------------- filesystem helpers
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_part(name: Any, part: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"checkpoint part names must be non-empty strings, got {name!r}")
+    rel = Path(name)
+    if rel.is_absolute() or any(p in ("..", ".") for p in rel.parts) or "\\" in name:
+        raise ValueError(f"checkpoint part name {name!r} must be a relative path inside the step folder, like 'actor'")
+    if isinstance(part, torch.nn.Module):
+        raise TypeError(f"checkpoint part {name!r} is an nn.Module; pass module.state_dict() or a writer function")
+
+
+def _write_part(target: Path, part: Any) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if callable(part):
+        part(target)
+        if not target.exists():
+            raise FileNotFoundError(f"the writer of part {target.name!r} returned without creating {target}")
+    elif target.suffix:
+        torch.save(part, target)
+    else:
+        target.mkdir()
+        torch.save(part, target / PART_STATE_FILE)
+
+
+def _fsync_dir(path: Path) -> None:
+    # best effort: some platforms/network filesystems cannot open or fsync a folder; renames stay atomic there
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for filename in filenames:
+            fd = os.open(os.path.join(dirpath, filename), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _remove_tree(path: Path, quiet: bool = False) -> None:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            path.unlink()
+    except OSError as exc:
+        if not quiet:
+            raise
+        logger.warning("could not remove %s: %s", path, exc)
+
+
+def _discard(path: Path) -> None:
+    """Delete a checkpoint folder so that no partial ``global_step_N`` can survive an interruption."""
+    if not path.exists():
+        return
+    trash = path.with_name(f"{path.name}.del-{os.getpid()}")
+    _remove_tree(trash)
+    os.rename(path, trash)
+    _remove_tree(trash, quiet=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this manager is only starting: nothing of ours is in flight
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # exists, owned by another user
+    except (OverflowError, ValueError, OSError):
+        return False  # ProcessLookupError: no such process
+    return True
