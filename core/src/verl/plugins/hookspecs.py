@@ -132,7 +132,10 @@ def verl_training_engines() -> list[TrainingEngineSpec]:
 def verl_rollout_engines() -> list[RolloutEngineSpec]:
     """Return the rollout (generation) engines this plugin provides.
 
-    Every result is collected. See the module docstring for a complete vLLM example::
+    Every result is collected. ``factory`` is called only for ``actor_rollout_ref.rollout.name``;
+    the module docstring has the complete vLLM plugin.
+
+    For plugin authors::
 
         @hookimpl
         def verl_rollout_engines():
