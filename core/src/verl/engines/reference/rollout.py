@@ -1,0 +1,343 @@
+"""Reference rollout engine: a HF ``transformers`` causal LM with its own KV-cache decode loop.
+
+Implements :class:`verl.engines.base.RolloutEngine`. The decode loop (rather than HF ``generate``)
+gives exact per-token log-probs from the very logits used for sampling, drops finished rows from the
+batch (and the KV cache) as soon as they emit EOS, and stops when every row has finished.
+
+One response per input row: the trainer repeats each prompt ``rollout.n`` times (``repeat(n,
+interleave=True)``) before calling :meth:`HFRolloutEngine.generate`, as verl does, so ``config.n`` is
+not used here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import os
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from verl.engines.reference.postprocess import build_rollout_batch, compute_position_ids
+from verl.engines.reference.sampling import SamplingParams, resolve_sampling_params, select_next_tokens
+
+if TYPE_CHECKING:
+    from verl.protocol import DataProto
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
+
+
+class UnknownWeightError(KeyError):
+    """``update_weights`` received a parameter name the rollout model does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _cfg(config: Any, name: str, default: Any) -> Any:
+    value = getattr(config, name, default)
+    return default if value is None else value
+
+
+def resolve_dtype(value: Any, device: torch.device) -> torch.dtype:
+    """Map ``rollout.dtype`` to a torch dtype; ``None``/``"auto"`` -> float32 on CPU, bfloat16 elsewhere.
+
+    Raises:
+        ValueError: unknown dtype name (lists the accepted names).
+    """
+    if isinstance(value, torch.dtype):
+        return value
+    if value is None or str(value).lower() == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    try:
+        return _DTYPES[str(value).lower()]
+    except KeyError:
+        raise ValueError(f"rollout.dtype={value!r} is not one of {sorted(_DTYPES)} or 'auto'") from None
+
+
+def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
+    ids: list[int] = []
+    for source in (getattr(tokenizer, "eos_token_id", None), getattr(model.generation_config, "eos_token_id", None)):
+        for i in [source] if isinstance(source, int) else list(source or []):
+            if i not in ids:
+                ids.append(int(i))
+    return ids
+
+
+class HFRolloutEngine:
+    """Batched generation with a HF causal LM (the CPU default and the oracle for rollout plugins).
+
+    Args:
+        model_path_or_model: a model path/name (resolved by :func:`verl.models.resolve_model_path` and loaded
+            in ``config.dtype``) or a live ``PreTrainedModel``. A live model is used as is, never copied,
+            cast or moved: pass the trainer's module to share weights (then weight sync is a no-op, see
+            :class:`verl.engines.reference.checkpoint.ColocatedCheckpointEngine`).
+        tokenizer: HF tokenizer (its ``eos_token_id`` and ``pad_token_id`` are used); None loads it from the path.
+        config: rollout config section (verl names, read with ``getattr`` and defaults): ``temperature`` (1.0),
+            ``top_p`` (1.0), ``top_k`` (-1), ``do_sample`` (True), ``response_length`` (512),
+            ``calculate_log_probs`` (False), ``val_kwargs`` (greedy), ``dtype`` ("auto": float32 on CPU,
+            bfloat16 on accelerators), ``max_num_seqs`` (rows decoded together, 1024), ``seed`` (0).
+        device: torch device for a model loaded from a path; default the live model's device, else CUDA when
+            available, else CPU.
+
+    Sampling is seeded: one ``torch.Generator`` seeded with ``config.seed`` lives as long as the engine,
+    so an identical sequence of calls reproduces identical samples.
+    """
+
+    def __init__(self, model_path_or_model: Any, tokenizer: Any = None, config: Any = None, *, device: Any = None):
+        self.config = config
+        if isinstance(model_path_or_model, torch.nn.Module):
+            self.model = model_path_or_model
+            self.owns_model = False
+            self.device = torch.device(device) if device is not None else next(self.model.parameters()).device
+            if tokenizer is None:
+                raise TypeError("HFRolloutEngine: pass `tokenizer` when giving a live model instead of a path")
+        else:
+            from transformers import AutoModelForCausalLM
+
+            from verl.models import load_tokenizer, resolve_model_path
+
+            path = resolve_model_path(os.fspath(model_path_or_model))
+            if device is None:
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+            self.device = torch.device(device)
+            dtype = resolve_dtype(_cfg(config, "dtype", None), self.device)
+            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+            self.owns_model = True
+            if tokenizer is None:
+                tokenizer = load_tokenizer(path)
+        self.tokenizer = tokenizer
+        self.eos_token_ids = _eos_ids(tokenizer, self.model)
+        if not self.eos_token_ids:
+            raise ValueError("HFRolloutEngine: neither the tokenizer nor generation_config defines an eos_token_id")
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad) if pad is not None else self.eos_token_ids[0]
+        self.generator = torch.Generator(device=self.device).manual_seed(int(_cfg(config, "seed", 0)))
+        # transformers >= 5.2x renamed forward's `past_key_values` to `cache` (the old name warns).
+        forward_params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+        self._asleep = False
+        self.last_stats: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts: DataProto) -> DataProto:
+        """Generate one response per row of ``prompts``.
+
+        Input: ``prompts.batch["input_ids"]`` and ``["attention_mask"]`` ``(bs, prompt_len)``, left-padded
+        (``position_ids`` are recomputed from the mask, K07). ``meta_info`` may hold ``validate``,
+        ``do_sample``, ``temperature``, ``top_p``, ``top_k``, ``response_length`` (see
+        :func:`~verl.engines.reference.sampling.resolve_sampling_params`).
+
+        Output (same device as the input): ``prompts, input_ids, attention_mask, position_ids``
+        ``(bs, prompt_len + resp_len)`` resp. ``(bs, prompt_len)``, ``responses`` and ``response_mask``
+        ``(bs, resp_len)`` int64 with ``resp_len = config.response_length`` (right-padded with the pad id,
+        the EOS token kept valid, K06), and ``rollout_log_probs`` ``(bs, resp_len)`` float32 when
+        ``config.calculate_log_probs``: ``log_softmax(logits / T)`` at the chosen token (T = 1 when greedy,
+        K09), 0 on padding. ``meta_info["timing"]["generate_sequences"]`` holds the wall time in seconds.
+
+        Raises:
+            KeyError: ``input_ids`` / ``attention_mask`` missing.
+            ValueError: prompts not left-padded, an empty prompt row, or prompt + response longer than the
+                model's ``max_position_embeddings``.
+        """
+        from verl.protocol import DataProto
+
+        start = time.perf_counter()
+        batch = prompts.batch
+        present = set(batch.keys()) if batch is not None else set()
+        for key in ("input_ids", "attention_mask"):
+            if key not in present:
+                raise KeyError(f"HFRolloutEngine.generate: prompts.batch needs {key!r} (bs, prompt_len)")
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        out_device = input_ids.device
+        meta = prompts.meta_info or {}
+        params = resolve_sampling_params(self.config, meta)
+        resp_len = int(meta.get("response_length") or _cfg(self.config, "response_length", 512))
+        self._check_prompts(input_ids, attention_mask, resp_len)
+        if self._asleep:
+            self.wake_up()
+
+        chunk = max(1, int(_cfg(self.config, "max_num_seqs", 1024)))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            parts = [
+                self._decode(
+                    input_ids[i : i + chunk].to(self.device),
+                    attention_mask[i : i + chunk].to(self.device),
+                    params,
+                    resp_len,
+                )
+                for i in range(0, input_ids.shape[0], chunk)
+            ]
+        finally:
+            self.model.train(was_training)
+        responses = torch.cat([p[0] for p in parts]).to(out_device)
+        lengths = torch.cat([p[1] for p in parts]).to(out_device)
+        log_probs = torch.cat([p[2] for p in parts]).to(out_device)
+        tensors = build_rollout_batch(
+            input_ids,
+            attention_mask,
+            responses,
+            lengths,
+            self.pad_token_id,
+            log_probs if _cfg(self.config, "calculate_log_probs", False) else None,
+        )
+        seconds = time.perf_counter() - start
+        n_tokens = int(lengths.sum())
+        self.last_stats = {"seconds": seconds, "tokens": n_tokens, "tokens_per_s": n_tokens / max(seconds, 1e-9)}
+        return DataProto.from_dict(tensors=tensors, meta_info={"timing": {"generate_sequences": seconds}})
+
+    def _check_prompts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, resp_len: int) -> None:
+        if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
+            raise ValueError(
+                f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be "
+                "(bs, prompt_len)"
+            )
+        if resp_len < 1:
+            raise ValueError(f"rollout.response_length must be >= 1, got {resp_len}")
+        if input_ids.shape[0] == 0:
+            return
+        lengths = attention_mask.sum(-1)
+        if bool((lengths == 0).any()):
+            rows = torch.nonzero(lengths == 0).flatten().tolist()[:5]
+            raise ValueError(f"prompt rows {rows} have an all-zero attention_mask (empty prompt)")
+        if bool((attention_mask[:, -1] == 0).any()):
+            rows = torch.nonzero(attention_mask[:, -1] == 0).flatten().tolist()[:5]
+            raise ValueError(
+                f"prompt rows {rows} are not left-padded (attention_mask[:, -1] == 0); pad prompts on the left "
+                "(tokenizer.padding_side = 'left')"
+            )
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit is not None and int(lengths.max()) + resp_len > limit:
+            raise ValueError(
+                f"longest prompt ({int(lengths.max())} tokens) + rollout.response_length ({resp_len}) exceeds the "
+                f"model's max_position_embeddings ({limit}); lower data.max_prompt_length or response_length"
+            )
+
+    @torch.no_grad()
+    def _decode(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams, resp_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """KV-cache decode of one chunk; returns ``(responses, lengths, log_probs)`` on ``self.device``.
+
+        Rows that emit EOS are removed from the running batch and the cache (``batch_select_indices``), so
+        finished rows cost nothing; ``lengths`` stays ``resp_len`` for rows that never emit EOS.
+        """
+        from transformers import DynamicCache
+
+        bs = input_ids.shape[0]
+        responses = torch.full((bs, resp_len), self.pad_token_id, dtype=torch.long, device=self.device)
+        log_probs = torch.zeros((bs, resp_len), dtype=torch.float32, device=self.device)
+        lengths = torch.full((bs,), resp_len, dtype=torch.long, device=self.device)
+        if bs == 0:
+            return responses, lengths, log_probs
+        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
+        mask = attention_mask.long()
+        position_ids = compute_position_ids(mask)
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+        logits = out.logits[:, -1, :]
+        rows = torch.arange(bs, device=self.device)  # original row of each running row
+        next_pos = position_ids[:, -1] + 1
+        for step in range(resp_len):
+            tokens, logp = select_next_tokens(logits, params, self.generator)
+            responses[rows, step] = tokens
+            log_probs[rows, step] = logp
+            done = torch.isin(tokens, eos)
+            if bool(done.any()):
+                lengths[rows[done]] = step + 1
+                keep = torch.nonzero(~done).flatten()
+                if keep.numel() == 0:
+                    break
+                rows, tokens, mask, next_pos = rows[keep], tokens[keep], mask[keep], next_pos[keep]
+                cache.batch_select_indices(keep)
+            if step == resp_len - 1:
+                break
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            out = self.model(
+                input_ids=tokens.unsqueeze(1),
+                attention_mask=mask,
+                position_ids=next_pos.unsqueeze(1),
+                use_cache=True,
+                **{self._cache_kwarg: cache},
+            )
+            logits = out.logits[:, -1, :]
+            next_pos = next_pos + 1
+        return responses, lengths, log_probs
+
+    # ------------------------------------------------------------------ weights and memory
+    def update_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Copy ``(hf_name, tensor)`` pairs into the live model (in place, converting dtype/device).
+
+        Names are the model's ``state_dict`` keys; with tied embeddings both ``model.embed_tokens.weight``
+        and ``lm_head.weight`` address the same tensor, so either (or both) may be sent. A tensor that
+        already *is* the live parameter (shared module) is skipped. Names not sent keep their values.
+
+        Raises:
+            UnknownWeightError (KeyError): a name the model does not have (closest names suggested).
+            ValueError: a shape mismatch (both shapes named).
+        """
+        targets = self.model.state_dict(keep_vars=True)
+        with torch.no_grad():
+            for name, tensor in weights:
+                target = targets.get(name)
+                if target is None:
+                    close = difflib.get_close_matches(name, list(targets), n=3)
+                    raise UnknownWeightError(
+                        f"update_weights: the rollout model has no parameter {name!r}"
+                        + (f"; did you mean {close}?" if close else f" ({len(targets)} known names)")
+                    )
+                if tuple(target.shape) != tuple(tensor.shape):
+                    raise ValueError(
+                        f"update_weights: {name!r} has shape {tuple(tensor.shape)}, the rollout model expects "
+                        f"{tuple(target.shape)}"
+                    )
+                if tensor.data_ptr() == target.data_ptr() and tensor.dtype == target.dtype:
+                    continue
+                target.data.copy_(tensor)
+
+    def sleep(self) -> None:
+        """Free accelerator memory between generations (hybrid mode).
+
+        Moves the weights of a model this engine loaded itself to CPU when it runs on an accelerator.
+        No-op on CPU (nothing to free: the KV cache only lives inside :meth:`generate`) and for a live
+        model passed in by the caller (moving it would move the trainer's module).
+        """
+        if self.owns_model and self.device.type != "cpu" and not self._asleep:
+            self.model.to("cpu")
+            self._asleep = True
+            device_module = getattr(torch, self.device.type, None)
+            if device_module is not None and hasattr(device_module, "empty_cache"):
+                device_module.empty_cache()
+
+    def wake_up(self) -> None:
+        """Undo :meth:`sleep` (no-op where sleep was); :meth:`generate` calls it automatically."""
+        if self._asleep:
+            self.model.to(self.device)
+            self._asleep = False
+
+
+def build_hf_rollout(config: Any, model_path: Any, tokenizer: Any = None, *, device: Any = None) -> HFRolloutEngine:
+    """Factory for the ``hf`` rollout engine plugin: ``HFRolloutEngine(model_path, tokenizer, config)``.
+
+    ``model_path`` may also be a live model (shared with the trainer); see :class:`HFRolloutEngine`.
+    """
+    return HFRolloutEngine(model_path, tokenizer, config, device=device)
