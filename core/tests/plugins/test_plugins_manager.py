@@ -281,10 +281,35 @@ def test_bad_kind_and_bad_name_type(pm):
 
 
 def test_errors_survive_pickling_with_their_attributes(pm):
+    class NeedsArgs(Exception):  # cannot be re-created from args: must not break pickling
+        def __init__(self, code, detail):
+            super().__init__(f"{code}: {detail}")
+
+    @hookimpl
+    def verl_rollout_engines():
+        raise NeedsArgs(7, "driver")
+
+    pm.register(make_module("fake_pickle_bad", verl_rollout_engines=verl_rollout_engines), dist_name="bad-dist")
     with pytest.raises(UnknownPluginError) as err:
         pm.get("rollout_engine", "vllm")
     clone = pickle.loads(pickle.dumps(err.value))
     assert str(clone) == str(err.value)
     assert (clone.kind, clone.name) == ("rollout_engine", "vllm")
+    (failure,) = clone.failures
+    assert failure == err.value.failures[0]
+    assert (failure.plugin.distribution, failure.error, failure.plugin.plugin) == (
+        "bad-dist",
+        "NeedsArgs: 7: driver",
+        None,
+    )
+
+    first, _ = rollout_plugin("fake_pickle_a", "dup")
+    second, _ = rollout_plugin("fake_pickle_b", "dup")
+    pm.register(first, dist_name="a")
+    pm.register(second, dist_name="b")
+    with pytest.raises(PluginConflictError) as err:
+        pm.get("rollout_engine", "dup")
+    clone = pickle.loads(pickle.dumps(err.value))
+    assert [i.distribution for i in clone.conflicts["dup"]] == ["a", "b"]
     amb = pickle.loads(pickle.dumps(PlatformResolutionError("two probes", answers=("a", "b"))))
     assert amb.answers == ("a", "b") and isinstance(amb, PluginError)

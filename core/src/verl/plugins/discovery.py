@@ -50,6 +50,12 @@ class PluginInfo:
     api_version: tuple[int, int] | None = None
     plugin: Any = attrs.field(default=None, eq=False, repr=False)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors carrying PluginInfo cross process boundaries (Ray pickles worker exceptions); the
+        # loaded module cannot be pickled, so it stays behind.
+        fields = attrs.asdict(self, recurse=False, filter=lambda a, _: a.name != "plugin")
+        return (_rebuild, (PluginInfo, fields))
+
     def describe(self) -> str:
         """``"verl-vllm 0.1.0 (entry point 'vllm', module verl_vllm.plugin)"``."""
         dist = self.distribution or "unknown distribution"
@@ -79,9 +85,18 @@ class PluginLoadFailure:
     error: str
     exception: BaseException | None = attrs.field(default=None, eq=False, repr=False)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The exception object may not pickle (required constructor arguments); ``error`` keeps its text.
+        fields = attrs.asdict(self, recurse=False, filter=lambda a, _: a.name != "exception")
+        return (_rebuild, (PluginLoadFailure, fields))
+
     def describe(self) -> str:
         """One line: who failed, at which stage, with which error."""
         return f"{self.plugin.describe()} [{self.stage}]: {self.error}"
+
+
+def _rebuild(cls: type, fields: dict[str, Any]) -> Any:
+    return cls(**fields)
 
 
 def format_exception(exc: BaseException) -> str:
