@@ -58,7 +58,6 @@ def _raise():
 def test_no_positive_accelerator_probe_falls_back_to_cpu():
     pm = _manager(_accel("npu", lambda: ProbeResult(False, "no device")), _accel("xpu", lambda: False))
     assert type(resolve_platform(plugin_manager=pm)) is CpuPlatform
-    assert type(resolve_platform("auto", plugin_manager=pm)) is CpuPlatform
 
 
 def test_exactly_one_positive_accelerator_probe_wins():
@@ -103,7 +102,7 @@ def test_explicit_but_unavailable_platform_says_why():
         resolve_platform("npu", plugin_manager=pm)
     assert str(err.value) == (
         "device 'npu' requested but not available: torch_npu is not installed. Usable here: cpu, xpu; "
-        "set trainer.device to one of them, or to 'auto' to choose automatically"
+        "set trainer.device to one of them, or to null to choose automatically"
     )
     assert isinstance(err.value, PlatformResolutionError)
 

@@ -3,7 +3,7 @@ and probe-based resolution.
 
     from verl.platform import resolve_platform, current_platform
 
-    platform = resolve_platform(cfg.trainer.device)   # explicit name, or None/"auto"
+    platform = resolve_platform(cfg.trainer.device)   # explicit name, or None: automatic
     platform.set_device(local_rank)
     device = platform.torch_device()
 

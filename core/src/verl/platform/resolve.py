@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from verl.plugins.manager import PluginManager
     from verl.plugins.specs import PlatformSpec
 
-#: ``trainer.device`` values that mean "choose automatically" (same as ``None``).
-AUTO = "auto"
 FALLBACK = "cpu"
 
 
@@ -86,7 +84,7 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
     """Return the :class:`Platform` to use in this process.
 
     Args:
-        name: ``trainer.device``; ``None`` or ``"auto"`` chooses automatically.
+        name: ``trainer.device``; ``None`` (null in the config) chooses automatically.
         plugin_manager: defaults to :func:`verl.plugins.get_plugin_manager`.
 
     Raises:
@@ -99,7 +97,7 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
         PluginValidationError: the platform factory did not return a ``Platform``.
     """
     pm = get_plugin_manager() if plugin_manager is None else plugin_manager
-    if name is not None and name != AUTO:
+    if name is not None:
         spec = pm.get("platform", name)
         result = run_probe(spec)
         if not result:
@@ -108,7 +106,7 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
             raise PlatformUnavailableError(
                 f"device {name!r} requested but not available: {result.reason}. "
                 f"Usable here: {', '.join(usable) or 'none'}; set trainer.device to one of them, "
-                f"or to {AUTO!r} to choose automatically",
+                "or to null to choose automatically",
                 answers=answers,
             )
         return _build(spec, pm)
