@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+import threading
 
 import pytest
 
@@ -176,3 +177,35 @@ def test_builtin_is_registered_directly_without_installed_metadata(monkeypatch):
 def test_builtin_entry_point_is_declared_by_verl_core():
     eps = [ep for ep in importlib.metadata.entry_points(group="verl.plugins") if ep.value == "verl.plugins.builtin"]
     assert [(ep.name, ep.dist.metadata["Name"]) for ep in eps] == [("builtin", "verl-core")]
+
+
+def test_concurrent_first_queries_wait_for_the_whole_load(fake_dist):
+    slow = "import time\ntime.sleep(0.3)\n" + GOOD.format(name="slow")
+    fake_dist("verl-slow", entry_points={"slow": "slow_plugin"}, modules={"slow_plugin": slow})
+    pm = PluginManager()
+    results: list[object] = []
+
+    def lookup():
+        try:
+            results.append(([p.name for p in pm.plugins], pm.get("rollout_engine", "slow").name))
+        except Exception as exc:  # collected and asserted below
+            results.append(exc)
+
+    threads = [threading.Thread(target=lookup) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert results == [(["builtin", "slow"], "slow")] * 4
+
+
+def test_a_plugin_querying_the_manager_while_imported_does_not_recurse(fake_dist):
+    source = (
+        "from verl.plugins import get_plugin_manager\n"
+        "SEEN = sorted(get_plugin_manager().available('platform'))\n" + GOOD.format(name="nosy")
+    )
+    fake_dist("verl-nosy", entry_points={"nosy": "nosy_plugin"}, modules={"nosy_plugin": source})
+    pm = get_plugin_manager()
+    assert pm.get("rollout_engine", "nosy").name == "nosy"
+    assert sys.modules["nosy_plugin"].SEEN == ["cpu", "cuda"]  # the built-in loaded before it
+    assert pm.failures == []

@@ -78,6 +78,7 @@ class PluginManager:
         self._pluggy = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._pluggy.add_hookspecs(hookspecs)
         self._loaded = not load_entry_points
+        self._loading = False
         self._lock = threading.RLock()
         self._infos: dict[str, PluginInfo] = {}  # pluggy name -> info
         self._failures: list[PluginLoadFailure] = []
@@ -110,8 +111,8 @@ class PluginManager:
 
     def _add(self, obj: Any, info: PluginInfo) -> PluginInfo:
         with self._lock:
-            info = attrs.evolve(info, plugin=obj)
-            info = attrs.evolve(info, api_version=check_api_version(getattr(obj, "VERL_PLUGIN_API", None), info))
+            api_version = check_api_version(getattr(obj, "VERL_PLUGIN_API", None), info)
+            info = attrs.evolve(info, plugin=obj, api_version=api_version)
             self._validate_hookimpls(obj, info)
             key = f"{info.distribution or ''}:{info.name}"
             if self._pluggy.is_registered(obj):
@@ -151,12 +152,16 @@ class PluginManager:
     def _ensure_loaded(self) -> None:
         if self._loaded:
             return
+        # The RLock makes other threads wait for the whole load; the loading thread itself may
+        # re-enter (a plugin querying the manager while it is imported) and sees what is loaded so far.
         with self._lock:
-            if self._loaded:
+            if self._loaded or self._loading:
                 return
-            # Set first: a plugin that queries the manager while being imported must not recurse.
-            self._loaded = True
-            self._load_entry_points()
+            self._loading = True
+            try:
+                self._load_entry_points()
+            finally:
+                self._loaded = True
 
     def _load_entry_points(self) -> None:
         self._allow = AllowList.from_env()
