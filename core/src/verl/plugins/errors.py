@@ -36,13 +36,18 @@ class UnknownPluginError(PluginError, ValueError):
     """No plugin provides the requested ``(kind, name)``.
 
     Attributes: ``kind``, ``name``, ``available`` (names of that kind), ``failures``
-    (:class:`~verl.plugins.manager.PluginLoadFailure` records of plugins that did not load).
+    (:class:`verl.plugins.PluginLoadFailure` records of plugins that did not load).
     """
 
     def __init__(
-        self, message: str, *, kind: str | None = None, name: str | None = None,
-        available: Sequence[str] = (), failures: Sequence[Any] = (),
-    ) -> None:  # fmt: skip
+        self,
+        message: str,
+        *,
+        kind: str | None = None,
+        name: str | None = None,
+        available: Sequence[str] = (),
+        failures: Sequence[Any] = (),
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.name = name
