@@ -1,0 +1,84 @@
+"""``actor_rollout_ref.actor.*`` (policy training) and ``actor_rollout_ref.ref.*`` (reference log-probs)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from verl.config.schema._fields import BackendKwargs, fld, free_dict, section
+from verl.config.schema.optim import CheckpointConfig, OptimConfig
+
+# verl/trainer/ppo/core_algos.py:agg_loss
+LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-sum-norm", "seq-mean-token-mean"]
+
+
+@attrs.frozen(kw_only=True)
+class PolicyLossConfig:
+    """Which policy loss to use and the knobs of the clip-cov / kl-cov variants (verl ``policy_loss``)."""
+
+    loss_mode: str = fld("vanilla", doc="registered policy loss: vanilla|gspo|sapo|gpg|clip_cov|kl_cov|...")
+    clip_cov_ratio: float = fld(0.0002, doc="clip_cov: fraction of tokens whose gradient is dropped")
+    clip_cov_lb: float = fld(1.0, doc="clip_cov: lower bound of the covariance window")
+    clip_cov_ub: float = fld(5.0, doc="clip_cov: upper bound of the covariance window")
+    kl_cov_ratio: float = fld(0.0002, doc="kl_cov: fraction of tokens that get the KL penalty")
+    ppo_kl_coef: float = fld(0.1, doc="kl_cov: coefficient of the |logp - logp_old| penalty")
+
+
+@attrs.frozen(kw_only=True)
+class ActorConfig:
+    """PPO/GRPO policy update (verl ``dp_actor.yaml`` / ``ActorConfig``).
+
+    Batch sizes: ``ppo_mini_batch_size`` counts *prompts*; one optimizer step uses
+    ``ppo_mini_batch_size * rollout.n`` sequences split over the world size, then into
+    micro-batches of ``ppo_micro_batch_size_per_gpu`` sequences (gradient accumulation).
+
+    Deviations from verl: ``strategy`` defaults to ``reference`` (core's single-process
+    PyTorch engine) instead of ``fsdp``; ``ppo_micro_batch_size_per_gpu`` defaults to 4
+    instead of null, so the defaults validate without extra keys (verl requires it to be set).
+    """
+
+    strategy: str = fld("reference", doc="training engine plugin name: reference|fsdp|megatron|...")
+    ppo_mini_batch_size: int = fld(256, doc="prompts per optimizer step (x rollout.n sequences)")
+    ppo_micro_batch_size_per_gpu: int | None = fld(4, doc="sequences per forward/backward per GPU")
+    use_dynamic_bsz: bool = fld(False, doc="form micro-batches by token budget instead of a fixed count")
+    ppo_max_token_len_per_gpu: int = fld(16384, doc="dynamic batching: tokens per micro-batch per GPU")
+    clip_ratio: float = fld(0.2, doc="PPO clip epsilon (fallback for clip_ratio_low/high)")
+    clip_ratio_low: float = fld(0.2, doc="PPO clip: ratio lower bound is 1 - clip_ratio_low")
+    clip_ratio_high: float = fld(0.2, doc="PPO clip: ratio upper bound is 1 + clip_ratio_high")
+    clip_ratio_c: float = fld(3.0, doc="dual-clip constant for negative advantages (> 1)")
+    policy_loss: PolicyLossConfig = section(PolicyLossConfig, doc="policy loss selection and its knobs")
+    loss_agg_mode: LossAggMode = fld("token-mean", doc="how token losses reduce to a scalar")
+    loss_scale_factor: float | None = fld(
+        None, doc="seq-mean-token-sum-norm divisor; null = response width (max_response_length)"
+    )
+    entropy_coeff: float = fld(0.0, doc="entropy bonus coefficient (loss -= coeff * entropy)")
+    use_kl_loss: bool = fld(False, doc="add kl_loss_coef * KL(policy || ref) to the loss (GRPO style)")
+    kl_loss_coef: float = fld(0.001, doc="coefficient of the KL loss")
+    kl_loss_type: str = fld("low_var_kl", doc="KL estimator for the loss: kl|k1|abs|mse|k2|low_var_kl|k3 (+ suffix)")
+    ppo_epochs: int = fld(1, doc="passes over each training batch")
+    shuffle: bool = fld(False, doc="shuffle sequences between mini-batches")
+    data_loader_seed: int = fld(42, doc="seed of the mini-batch shuffle (+ data-parallel rank)")
+    tau_pos: float = fld(1.0, doc="sapo: gate temperature for positive advantages")
+    tau_neg: float = fld(1.05, doc="sapo: gate temperature for negative advantages")
+    optim: OptimConfig = section(OptimConfig, doc="optimizer and LR schedule")
+    checkpoint: CheckpointConfig = section(CheckpointConfig, doc="checkpoint contents")
+    engine_kwargs: BackendKwargs = free_dict(
+        doc="per-strategy engine options, e.g. engine_kwargs.fsdp.param_offload; checked by the plugin's options_cls"
+    )
+
+
+@attrs.frozen(kw_only=True)
+class RefConfig:
+    """Reference-policy log-prob pass; runs only when a KL term (loss or reward) is on.
+
+    Null values follow the actor (filled in by load_config), like verl's interpolations.
+    """
+
+    log_prob_micro_batch_size_per_gpu: int | None = fld(
+        None, doc="sequences per forward per GPU; null = actor ppo_micro_batch_size_per_gpu"
+    )
+    log_prob_use_dynamic_bsz: bool | None = fld(None, doc="token-budget micro-batches; null = actor use_dynamic_bsz")
+    log_prob_max_token_len_per_gpu: int | None = fld(
+        None, doc="tokens per micro-batch per GPU; null = actor ppo_max_token_len_per_gpu"
+    )

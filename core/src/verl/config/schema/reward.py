@@ -1,0 +1,48 @@
+"""``reward_model.*`` and ``custom_reward_function.*``: how responses are scored."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from verl.config.schema._fields import FreeDict, fld, free_dict, section
+
+OnError = Literal["zero", "fail"]
+
+
+@attrs.frozen(kw_only=True)
+class RewardModelModelConfig:
+    """A learned reward model (only used when ``reward_model.enable``)."""
+
+    path: str | None = fld(None, doc="HF id/folder of the reward model")
+    tokenizer_path: str | None = fld(None, doc="tokenizer of the reward model; null = path")
+    trust_remote_code: bool = fld(False, doc="allow model/tokenizer code from the model repository")
+
+
+@attrs.frozen(kw_only=True)
+class RewardModelConfig:
+    """Reward computation: rule scorers through a reward manager, optionally a reward model.
+
+    ``timeout_s``/``on_error``/``num_workers`` drive the reward manager that runs scorers in
+    parallel: a scorer that raises or exceeds ``timeout_s`` gives reward 0 (``zero``) or stops
+    training (``fail``).
+    """
+
+    enable: bool = fld(False, doc="score with a learned reward model in addition to rule scorers")
+    model: RewardModelModelConfig = section(RewardModelModelConfig, doc="the reward model")
+    micro_batch_size_per_gpu: int | None = fld(None, doc="reward-model forward batch per GPU (sequences)")
+    reward_manager: str = fld("naive", doc="reward manager name: naive|batch|dapo|...")
+    reward_kwargs: FreeDict = free_dict(doc="extra kwargs passed to every scorer, e.g. {method: flexible}")
+    timeout_s: float | None = fld(30.0, doc="per-sample scorer time limit in seconds; null = none")
+    on_error: OnError = fld("zero", doc="scorer exception or timeout: zero = reward 0 and log; fail = raise")
+    num_workers: int = fld(8, doc="parallel scorer workers")
+
+
+@attrs.frozen(kw_only=True)
+class CustomRewardFunctionConfig:
+    """A user scorer loaded from a file (verl ``custom_reward_function``)."""
+
+    path: str | None = fld(None, doc="python file defining the scorer; null = built-in scorers by data_source")
+    name: str = fld("compute_score", doc="function name in that file")
+    reward_kwargs: FreeDict = free_dict(doc="extra kwargs bound to the function (functools.partial)")

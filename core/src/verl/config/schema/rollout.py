@@ -1,0 +1,77 @@
+"""``actor_rollout_ref.rollout.*``: generation engine, sampling and weight sync (verl ``rollout.yaml``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from verl.config.schema._fields import BackendKwargs, fld, free_dict, section
+
+RolloutMode = Literal["sync", "async"]
+Dtype = Literal["float32", "bfloat16", "float16", "fp32", "bf16", "fp16"]
+
+
+@attrs.frozen(kw_only=True)
+class ValKwargs:
+    """Sampling for validation; greedy by default (verl ``val_kwargs``)."""
+
+    temperature: float = fld(0.0, doc="softmax temperature; 0 only with do_sample=false (greedy)")
+    top_k: int = fld(-1, doc="keep the k most likely tokens; -1 (or 0) = off")
+    top_p: float = fld(1.0, doc="nucleus sampling mass in (0, 1]; 1 = off")
+    n: int = fld(1, doc="responses per validation prompt")
+    do_sample: bool = fld(False, doc="sample (true) or greedy decode (false)")
+
+
+@attrs.frozen(kw_only=True)
+class CheckpointEngineConfig:
+    """Weight sync from the training engine to the rollout engine (verl ``checkpoint_engine``).
+
+    Deviation from verl: the in-process backend is named ``colocated`` (verl: ``naive``).
+    """
+
+    backend: str = fld("colocated", doc="checkpoint engine plugin name: colocated|broadcast|...")
+    update_weights_bucket_megabytes: int = fld(2048, doc="size of one weight-transfer bucket in MiB")
+    engine_kwargs: BackendKwargs = free_dict(doc="per-backend options, e.g. engine_kwargs.broadcast.<key>")
+
+
+@attrs.frozen(kw_only=True)
+class RolloutConfig:
+    """Response generation for training (and, with ``val_kwargs``, validation).
+
+    Temperature: log-probs recomputed by actor/ref divide logits by this temperature
+    (known failure K09), so ``temperature`` must be > 0 when ``do_sample`` is true;
+    ``temperature: 0`` is accepted only with ``do_sample: false`` (greedy), where
+    log-probs are untempered.
+
+    Deviations from verl: ``name`` defaults to ``hf`` (core's transformers engine, verl:
+    required), ``mode`` to ``sync`` (verl: ``async``, the HF engine generates in-process),
+    and ``dtype`` to ``float32`` (verl: ``bfloat16``, which runs ~6x slower on CPUs without
+    AVX-512/AMX). Backend-specific knobs (gpu_memory_utilization, tensor parallel size, ...)
+    live in ``engine_kwargs.<name>``, checked by the backend plugin's options class.
+    """
+
+    name: str = fld("hf", doc="rollout engine plugin name: hf|vllm|sglang|trtllm|...")
+    mode: RolloutMode = fld("sync", doc="sync: generate in the trainer's step; async: server-based generation")
+    temperature: float = fld(1.0, doc="sampling temperature; also divides logits when log-probs are recomputed")
+    top_k: int = fld(-1, doc="keep the k most likely tokens; -1 (or 0) = off")
+    top_p: float = fld(1.0, doc="nucleus sampling mass in (0, 1]; 1 = off")
+    n: int = fld(1, doc="responses sampled per prompt (the GRPO group size)")
+    do_sample: bool = fld(True, doc="sample (true) or greedy decode (false)")
+    prompt_length: int | None = fld(None, doc="max prompt tokens; null = data.max_prompt_length")
+    response_length: int | None = fld(None, doc="max new tokens; null = data.max_response_length")
+    dtype: Dtype = fld("float32", doc="weights/activations dtype of the rollout engine")
+    calculate_log_probs: bool = fld(True, doc="return the sampler's log-probs (rollout_log_probs)")
+    log_prob_micro_batch_size_per_gpu: int | None = fld(
+        None, doc="sequences per old-log-prob forward per GPU; null = actor ppo_micro_batch_size_per_gpu"
+    )
+    log_prob_use_dynamic_bsz: bool | None = fld(None, doc="token-budget micro-batches; null = actor use_dynamic_bsz")
+    log_prob_max_token_len_per_gpu: int | None = fld(
+        None, doc="tokens per micro-batch per GPU; null = actor ppo_max_token_len_per_gpu"
+    )
+    seed: int = fld(42, doc="sampling seed of the rollout engine")
+    val_kwargs: ValKwargs = section(ValKwargs, doc="sampling used for validation")
+    checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, doc="trainer -> rollout weight sync")
+    engine_kwargs: BackendKwargs = free_dict(
+        doc="per-backend engine options, e.g. engine_kwargs.vllm.gpu_memory_utilization; checked by the plugin"
+    )

@@ -1,0 +1,58 @@
+"""``trainer.*`` (the RL loop, logging, checkpoints, placement) and ``ray_kwargs.*``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from verl.config.schema._fields import FreeDict, fld, free_dict
+
+Logger = Literal["console", "tensorboard", "file"]
+ResumeMode = Literal["auto", "disable", "resume_path"]
+Controller = Literal["local", "ray"]
+
+
+@attrs.frozen(kw_only=True)
+class TrainerConfig:
+    """Loop length, logging, checkpointing and worker placement.
+
+    World size = ``nnodes * n_gpus_per_node`` workers (CPU processes on a CPU machine).
+
+    Deviations from verl: ``n_gpus_per_node`` 1 (verl 8), ``logger`` ``[console]`` (verl adds
+    wandb, not a dependency here), ``device`` null = auto-detect via platform probes (verl
+    ``cuda``), ``default_local_dir`` null = ``checkpoints/<project_name>/<experiment_name>``
+    (verl's interpolation, filled in by load_config). New keys: ``controller`` (``local`` =
+    in-process worker group, world size 1; ``ray`` = Ray actors) and ``seed``.
+    """
+
+    total_epochs: int = fld(30, doc="passes over the training set")
+    total_training_steps: int | None = fld(None, doc="stop after this many steps; null = epochs x batches")
+    project_name: str = fld("verl_examples", doc="project name (run directory and loggers)")
+    experiment_name: str = fld("gsm8k", doc="experiment name (run directory and loggers)")
+    logger: tuple[Logger, ...] = fld(("console",), doc="metric sinks: console|tensorboard|file")
+    log_val_generations: int = fld(0, doc="validation samples (prompt, response, score) to log")
+    nnodes: int = fld(1, doc="number of nodes")
+    n_gpus_per_node: int = fld(1, doc="workers per node (GPUs, or processes on CPU)")
+    save_freq: int = fld(-1, doc="checkpoint every N steps; <= 0 = only when asked")
+    test_freq: int = fld(-1, doc="validate every N steps; <= 0 = never during training")
+    resume_mode: ResumeMode = fld("auto", doc="auto: latest checkpoint if any; disable; resume_path")
+    resume_from_path: str | None = fld(None, doc="checkpoint folder (global_step_N) for resume_mode=resume_path")
+    val_before_train: bool = fld(True, doc="validate once before the first step")
+    critic_warmup: int = fld(0, doc="steps that train only the critic")
+    default_local_dir: str | None = fld(None, doc="checkpoint root; null = checkpoints/<project>/<experiment>")
+    max_actor_ckpt_to_keep: int | None = fld(None, doc="keep at most N actor checkpoints; null = all")
+    max_critic_ckpt_to_keep: int | None = fld(None, doc="keep at most N critic checkpoints; null = all")
+    device: str | None = fld(None, doc="platform name (cpu|cuda|npu|...); null = auto-detect")
+    controller: Controller = fld("local", doc="local: in-process workers (world size 1); ray: Ray actors")
+    seed: int = fld(42, doc="global seed of torch/numpy/random in every worker")
+    validation_data_dir: str | None = fld(None, doc="dump validation generations (jsonl) here; null = off")
+    rollout_data_dir: str | None = fld(None, doc="dump training rollouts (jsonl) here; null = off")
+    balance_batch: bool = fld(True, doc="reorder sequences so data-parallel ranks get equal token counts")
+
+
+@attrs.frozen(kw_only=True)
+class RayKwargsConfig:
+    """Options for Ray (``controller: ray`` only)."""
+
+    ray_init: FreeDict = free_dict(doc="kwargs for ray.init, e.g. {num_cpus: 4, object_store_memory: 268435456}")
