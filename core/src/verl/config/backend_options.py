@@ -1,0 +1,206 @@
+"""Checks that need the plugin manager or the algorithm registries (kept apart so tests inject fakes).
+
+* the selected backends exist: ``actor.strategy`` and ``critic.strategy`` (training_engine),
+  ``rollout.name`` (rollout_engine), ``rollout.checkpoint_engine.backend`` (checkpoint_engine),
+  ``trainer.device`` (platform), and support an explicitly chosen device;
+* each backend's options, ``<section>.engine_kwargs.<name>``, structure into the plugin's
+  ``options_cls`` (an unknown option is an error naming
+  ``actor_rollout_ref.rollout.engine_kwargs.vllm.<key>``); a backend without an options class
+  takes no options;
+* ``algorithm.adv_estimator`` and ``actor.policy_loss.loss_mode`` name registered functions.
+
+When ``verl.plugins`` / ``verl.algorithms`` cannot be imported (e.g. a stripped-down
+install), the corresponding checks are skipped and the backend reports the error when built.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from verl.config.converter import structure
+from verl.config.errors import ConfigError, ConfigIssue, IssueCollector
+from verl.config.keys import find_unknown_keys
+from verl.config.resolve import resolve_config
+from verl.config.schema import RootConfig
+
+logger = logging.getLogger("verl.config")
+
+ARR = "actor_rollout_ref"
+
+
+def default_plugin_manager() -> Any | None:
+    """The process-wide plugin manager, or None when ``verl.plugins`` is not importable."""
+    try:
+        from verl.plugins import get_plugin_manager
+    except ImportError as exc:
+        logger.debug("verl.plugins unavailable, backend options not checked: %s", exc)
+        return None
+    return get_plugin_manager()
+
+
+def default_algorithm_registry() -> Any | None:
+    """``verl.algorithms`` (exposing ``get_adv_estimator_fn``/``get_policy_loss_fn``), or None if absent."""
+    try:
+        import verl.algorithms as algorithms
+    except ImportError as exc:
+        logger.debug("verl.algorithms unavailable, estimator/loss names not checked: %s", exc)
+        return None
+    return algorithms
+
+
+def structure_options(options_cls: type | None, raw: Mapping[str, Any], path: str, backend: str) -> Any:
+    """Structure a backend's option dict into ``options_cls`` (None: the backend takes no options).
+
+    Args:
+        options_cls: the plugin's attrs options class, or None.
+        raw: the dict found at ``path`` (e.g. ``rollout.engine_kwargs["vllm"]``).
+        path: its dotted key, used in error messages.
+        backend: backend name, used in error messages.
+
+    Raises:
+        ConfigError: unknown option keys (full dotted key + did-you-mean) or wrong types.
+    """
+    if options_cls is None:
+        if raw:
+            keys = [f"{path}.{k}" for k in raw]
+            raise ConfigError(
+                [ConfigIssue(k, f"unknown config key '{k}': backend '{backend}' takes no options") for k in keys]
+            )
+        return None
+    if attrs.has(options_cls):
+        unknown = find_unknown_keys(raw, options_cls, path)
+        if unknown:
+            raise ConfigError(unknown)
+    return structure(dict(raw), options_cls, tuple(path.split(".")))
+
+
+def _selections(cfg: RootConfig) -> list[tuple[str, str, str, str, Mapping[str, Any]]]:
+    arr = cfg.actor_rollout_ref
+    rows = [
+        (
+            "training_engine",
+            f"{ARR}.actor.strategy",
+            arr.actor.strategy,
+            f"{ARR}.actor.engine_kwargs",
+            arr.actor.engine_kwargs,
+        ),
+        (
+            "rollout_engine",
+            f"{ARR}.rollout.name",
+            arr.rollout.name,
+            f"{ARR}.rollout.engine_kwargs",
+            arr.rollout.engine_kwargs,
+        ),
+        (
+            "checkpoint_engine",
+            f"{ARR}.rollout.checkpoint_engine.backend",
+            arr.rollout.checkpoint_engine.backend,
+            f"{ARR}.rollout.checkpoint_engine.engine_kwargs",
+            arr.rollout.checkpoint_engine.engine_kwargs,
+        ),
+    ]
+    if cfg.critic.enable:
+        rows.append(
+            (
+                "training_engine",
+                "critic.strategy",
+                cfg.critic.strategy or arr.actor.strategy,
+                "critic.engine_kwargs",
+                cfg.critic.engine_kwargs,
+            )
+        )
+    return rows
+
+
+def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None) -> dict[str, Any]:
+    """Check the selected backends and structure their options.
+
+    Args:
+        cfg: a config (null follow-values are resolved first).
+        plugin_manager: object with ``get(kind, name) -> spec`` (spec has ``options_cls`` and
+            ``devices``); None = :func:`default_plugin_manager` (checks skipped if unavailable).
+
+    Returns:
+        ``{"<section>.engine_kwargs.<name>": options instance or None}`` for each selected backend.
+
+    Raises:
+        ConfigError: unknown backend name (with the manager's list of available names),
+            device not supported by a backend, unknown/wrong-typed backend option.
+    """
+    manager = plugin_manager if plugin_manager is not None else default_plugin_manager()
+    # A manager exposes get(kind, name) and available(kind) (verl.plugins.PluginManager).
+    if manager is None:
+        return {}
+    cfg = resolve_config(cfg)
+    report = IssueCollector()
+    device = cfg.trainer.device
+    if device is not None:
+        try:
+            manager.get("platform", device)
+        except Exception as exc:
+            report.error("trainer.device", str(exc))
+    options: dict[str, Any] = {}
+    for kind, name_key, name, kwargs_key, engine_kwargs in _selections(cfg):
+        try:
+            if not manager.available(kind):
+                # Nothing of this kind is registered (partial install): no list to check the name against;
+                # building the backend reports it.
+                logger.debug("no %s registered; %s=%r not checked", kind, name_key, name)
+                continue
+            spec = manager.get(kind, name)
+        except Exception as exc:  # UnknownPluginError / PluginConflictError carry the available names
+            report.error(name_key, str(exc))
+            continue
+        devices = tuple(getattr(spec, "devices", ()) or ())
+        if device is not None and devices and device not in devices:
+            report.error(
+                name_key,
+                f"{kind.replace('_', ' ')} {name!r} does not support trainer.device={device!r} "
+                f"(supports: {', '.join(devices)})",
+            )
+        path = f"{kwargs_key}.{name}"
+        try:
+            options[path] = structure_options(
+                getattr(spec, "options_cls", None), engine_kwargs.get(name, {}), path, name
+            )
+        except ConfigError as exc:
+            report.errors.extend(exc.issues)
+    report.raise_if_errors()
+    return options
+
+
+def validate_registered_names(cfg: RootConfig, registry: Any | None = None) -> None:
+    """``algorithm.adv_estimator`` and ``actor.policy_loss.loss_mode`` must be registered.
+
+    Args:
+        registry: object with ``get_adv_estimator_fn(name)`` and ``get_policy_loss_fn(name)``
+            that raise on unknown names; None = ``verl.algorithms`` (skipped if not importable).
+
+    Raises:
+        ConfigError: naming the key and quoting the registry's message.
+    """
+    registry = registry if registry is not None else default_algorithm_registry()
+    if registry is None:
+        return
+    report = IssueCollector()
+    for key, name, lookup, what in (
+        ("algorithm.adv_estimator", cfg.algorithm.adv_estimator, "get_adv_estimator_fn", "advantage estimator"),
+        (
+            f"{ARR}.actor.policy_loss.loss_mode",
+            cfg.actor_rollout_ref.actor.policy_loss.loss_mode,
+            "get_policy_loss_fn",
+            "policy loss",
+        ),
+    ):
+        fn = getattr(registry, lookup, None)
+        if fn is None:  # registry without this lookup (older/partial install): nothing to check against
+            continue
+        try:
+            fn(name)
+        except Exception as exc:
+            report.error(key, f"{name!r} is not a registered {what}: {exc}")
+    report.raise_if_errors()

@@ -1,0 +1,181 @@
+"""``load_config``: defaults <- YAML file <- dotted overrides, then structure, resolve and validate."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from verl.config.backend_options import validate_backend_options, validate_registered_names
+from verl.config.converter import structure
+from verl.config.dump import to_dict
+from verl.config.errors import ConfigError, ConfigIssue
+from verl.config.keys import find_unknown_keys, prune_unknown
+from verl.config.overrides import apply_override, deep_merge, parse_override
+from verl.config.resolve import resolve_config
+from verl.config.schema import RootConfig
+from verl.config.validate import validate_config
+from verl.config.yaml_io import load_yaml
+
+logger = logging.getLogger("verl.config")
+
+_INDEX = re.compile(r"\[\d+\]$")
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    plugin_manager: Any | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> RootConfig:
+    """Build a validated, resolved config.
+
+    Order: built-in defaults, then the YAML file at ``path`` merged on top (mappings merge
+    key by key), then each ``key=value`` override in order (``+key=value`` accepted). Unknown
+    keys, wrong types and inconsistent values are all reported in one :class:`ConfigError`.
+
+    Args:
+        path: YAML file, or None for defaults only.
+        overrides: Hydra-style dotted overrides, e.g. ``["actor_rollout_ref.rollout.n=4"]``.
+        plugin_manager: for :func:`validate_backend_options`; None = the process-wide one.
+        on_warning: called with each validation warning; default logs on ``verl.config``.
+
+    Returns:
+        The frozen :class:`RootConfig`, null follow-values filled in (:func:`resolve_config`).
+
+    Raises:
+        ConfigError: unreadable file, bad override syntax, unknown key (full dotted key +
+            did-you-mean), wrong type (key, expected type, value), failed validation rule.
+    """
+    tree = to_dict(RootConfig())
+    origins: dict[str, str] = {}
+    if path is not None:
+        file_tree = read_yaml_file(path)
+        _record_origins(file_tree, "", origins, f"from file '{path}'")
+        deep_merge(tree, file_tree)
+    for text in overrides:
+        override = parse_override(text)
+        origins[override.key] = f"from override '{text}'"
+        try:
+            apply_override(tree, override)
+        except ConfigError as exc:
+            raise ConfigError(exc.issues) from None
+    cfg = resolve_config(build_config(tree, origins))
+    issues: list[ConfigIssue] = []
+    warnings: list[str] = []
+    # Independent checks: run all of them so one error message lists everything to fix.
+    for check in (
+        lambda: warnings.extend(validate_config(cfg)),
+        lambda: validate_backend_options(cfg, plugin_manager),
+        lambda: validate_registered_names(cfg),
+    ):
+        try:
+            check()
+        except ConfigError as exc:
+            issues.extend(exc.issues)
+    if issues:
+        raise ConfigError(issues)
+    for message in warnings:
+        (on_warning or logger.warning)(message)
+    return cfg
+
+
+def read_yaml_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a config YAML file into a dict (empty file = ``{}``).
+
+    Hydra's ``_target_`` keys are dropped (instantiation metadata with no meaning here);
+    a Hydra ``defaults:`` list and ``${...}`` interpolations are rejected with a message.
+
+    Raises:
+        ConfigError: missing/unreadable file, YAML syntax error (with line), not a mapping.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file '{file}': {exc.strerror or exc}", key="<file>") from None
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file '{file}' is not valid YAML: {exc}", key="<file>") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"config file '{file}' must hold a mapping of sections (data:, trainer:, ...), got {type(data).__name__}",
+            key="<file>",
+        )
+    if "defaults" in data:
+        raise ConfigError(
+            f"config file '{file}': Hydra 'defaults' lists are not supported; verl.config starts from built-in "
+            "defaults, so write the values to change directly in this file",
+            key="defaults",
+        )
+    return _strip_targets(data)
+
+
+def _strip_targets(node: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (_strip_targets(v) if isinstance(v, Mapping) else v) for k, v in node.items() if k != "_target_"}
+
+
+def _record_origins(node: Mapping[str, Any], prefix: str, origins: dict[str, str], origin: str) -> None:
+    for key, value in node.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        origins[full] = origin
+        if isinstance(value, Mapping):
+            _record_origins(value, full, origins, origin)
+
+
+def _origin_of(key: str, origins: Mapping[str, str]) -> str | None:
+    key = _INDEX.sub("", key)
+    while key:
+        if key in origins:
+            return origins[key]
+        key = key.rpartition(".")[0]
+    return None
+
+
+def _with_origin(issue: ConfigIssue, origins: Mapping[str, str]) -> ConfigIssue:
+    origin = _origin_of(issue.key, origins)
+    return ConfigIssue(issue.key, f"{issue.message} ({origin})") if origin else issue
+
+
+def _find_interpolations(node: Any, prefix: str) -> list[ConfigIssue]:
+    if isinstance(node, Mapping):
+        return [i for k, v in node.items() for i in _find_interpolations(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(node, list):
+        return [i for idx, v in enumerate(node) for i in _find_interpolations(v, f"{prefix}[{idx}]")]
+    if isinstance(node, str) and "${" in node:
+        return [
+            ConfigIssue(
+                prefix,
+                f"{prefix}: interpolation {node!r} is not supported; write the value itself "
+                "(null follow-values such as rollout.prompt_length are filled in automatically)",
+            )
+        ]
+    return []
+
+
+def build_config(tree: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> RootConfig:
+    """Structure a merged plain tree into :class:`RootConfig` (no resolving or cross-field validation).
+
+    Raises:
+        ConfigError: every unknown key, wrong type and interpolation, each tagged with where
+            it was set (file or override) when known.
+    """
+    origins = origins or {}
+    issues = find_unknown_keys(tree) + _find_interpolations(tree, "")
+    try:
+        cfg = structure(prune_unknown(tree), RootConfig)
+    except ConfigError as exc:
+        issues += list(exc.issues)
+        cfg = None
+    if issues or cfg is None:
+        raise ConfigError([_with_origin(issue, origins) for issue in issues])
+    return cfg
