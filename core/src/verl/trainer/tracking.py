@@ -1,0 +1,305 @@
+"""Experiment tracking: ``Tracking`` fans each step's metrics out to the backends named in ``trainer.logger``.
+
+Follows ``verl/utils/tracking.py`` (``Tracking(project_name, experiment_name, default_backend, config)``,
+``log(data, step)``) with the backends that need no account or network:
+
+* ``console`` — one concise line per step (step, score, pg_loss, response length, step time, val-core/*),
+  under a tqdm progress bar of the total steps when stdout is a terminal;
+* ``file`` — ``{run_dir}/metrics.jsonl``: one JSON object per ``log`` call, ``{"step": N, <metric>: value, ...}``,
+  flushed each step; NaN/inf become ``null`` so every line is strict JSON;
+* ``tensorboard`` — scalars via ``torch.utils.tensorboard.SummaryWriter`` in ``$TENSORBOARD_DIR`` (as verl)
+  or ``{run_dir}/tensorboard``; imported only when asked for.
+
+Validation samples (``trainer.log_val_generations``) go through :class:`ValidationGenerationsLogger`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+VALID_BACKENDS = ("console", "file", "tensorboard")
+_VERL_ONLY_BACKENDS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio")
+METRICS_FILE = "metrics.jsonl"
+GENERATIONS_FILE = "val_generations.jsonl"
+_CONSOLE_KEYS = (
+    ("critic/score/mean", "score"),
+    ("actor/pg_loss", "pg_loss"),
+    ("response_length/mean", "resp_len"),
+    ("timing_s/step", "step_s"),
+)
+
+Sample = tuple[str, str, float]  # (input text, output text, score)
+
+
+class TrackingBackendError(ValueError):
+    """Unknown backend name, or a backend whose package is not installed."""
+
+
+def to_json_safe(value: Any) -> Any:
+    """Plain JSON types: numpy/torch scalars -> python numbers, arrays/tensors -> lists, NaN/inf -> ``None``,
+    mapping keys -> str, anything else -> ``str(value)``."""
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): to_json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json_safe(v) for v in value]
+    if hasattr(value, "tolist") and hasattr(value, "ndim"):  # numpy / torch, scalar or not
+        return to_json_safe(value.tolist())
+    return str(value)
+
+
+def _scalar(value: Any) -> float | None:
+    """A loggable number, or ``None`` for text, containers and multi-element arrays."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float, np.number)):
+        return float(value)
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return _scalar(value.item())
+    return None
+
+
+def _format(value: float) -> str:
+    return f"{value:.4g}"
+
+
+class ConsoleBackend:
+    """One line per step; a tqdm bar over ``total_steps`` when ``stream`` is a terminal."""
+
+    def __init__(self, experiment_name: str, total_steps: int | None, stream: TextIO):
+        self.experiment_name = experiment_name
+        self.total_steps = total_steps
+        self.stream = stream
+        self._bar: Any = None
+        self._use_bar = bool(getattr(stream, "isatty", lambda: False)())
+
+    def _emit(self, line: str) -> None:
+        if self._bar is not None:
+            self._bar.write(line, file=self.stream)
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def log(self, data: Mapping[str, Any], step: int) -> None:
+        if self._use_bar:
+            if self._bar is None:
+                from tqdm import tqdm
+
+                self._bar = tqdm(
+                    total=self.total_steps, initial=max(step - 1, 0), desc=self.experiment_name, file=self.stream
+                )
+            if step > self._bar.n:
+                self._bar.update(step - self._bar.n)
+        of_total = f"/{self.total_steps}" if self.total_steps else ""
+        parts = [f"step {step}{of_total}"]
+        for key, label in _CONSOLE_KEYS:
+            value = _scalar(data.get(key))
+            if value is not None:
+                parts.append(f"{label} {_format(value)}")
+        for key in sorted(k for k in data if k.startswith("val-core/")):
+            value = _scalar(data[key])
+            if value is not None:
+                parts.append(f"{key} {_format(value)}")
+        self._emit(" | ".join(parts))
+
+    def log_generations(self, samples: Sequence[Sample], step: int) -> None:
+        for index, (inp, out, score) in enumerate(samples):
+            self._emit(f"[val step {step} sample {index}] score {_format(float(score))}")
+            self._emit(f"  input:  {_shorten(inp)}")
+            self._emit(f"  output: {_shorten(out)}")
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class FileBackend:
+    """Append JSON lines to ``{run_dir}/metrics.jsonl`` (and samples to ``val_generations.jsonl``)."""
+
+    def __init__(self, run_dir: Path):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = run_dir / METRICS_FILE
+        self.generations_path = run_dir / GENERATIONS_FILE
+        self._fp: TextIO | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across steps
+
+    def log(self, data: Mapping[str, Any], step: int) -> None:
+        if self._fp is None:
+            raise ValueError(f"the file logger of {self.path} is closed")
+        safe = to_json_safe(dict(data))
+        record = {"step": step, **{k: v for k, v in safe.items() if k != "step"}}
+        self._fp.write(json.dumps(record, allow_nan=False) + "\n")
+        self._fp.flush()
+
+    def log_generations(self, samples: Sequence[Sample], step: int) -> None:
+        with open(self.generations_path, "a", encoding="utf-8") as fp:
+            for inp, out, score in samples:
+                record = {"step": step, "input": str(inp), "output": str(out), "score": to_json_safe(float(score))}
+                fp.write(json.dumps(record, allow_nan=False) + "\n")
+
+    def close(self) -> None:
+        if self._fp is not None:
+            self._fp.close()
+            self._fp = None
+
+
+class TensorboardBackend:
+    """Scalars (and the config / samples as text) through ``torch.utils.tensorboard.SummaryWriter``."""
+
+    def __init__(self, run_dir: Path, config_dict: Mapping[str, Any] | None):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as exc:
+            raise TrackingBackendError(
+                "trainer.logger includes 'tensorboard' but the tensorboard package is not installed: "
+                "pip install tensorboard (or drop 'tensorboard' from trainer.logger)"
+            ) from exc
+        self.log_dir = Path(os.environ.get("TENSORBOARD_DIR") or run_dir / "tensorboard")
+        self.writer = SummaryWriter(log_dir=str(self.log_dir))
+        if config_dict is not None:
+            text = json.dumps(to_json_safe(dict(config_dict)), indent=2)
+            self.writer.add_text("config", "    " + text.replace("\n", "\n    "), 0)
+
+    def log(self, data: Mapping[str, Any], step: int) -> None:
+        for key, value in data.items():
+            number = _scalar(value)
+            if number is not None:
+                self.writer.add_scalar(key, number, global_step=step)
+        self.writer.flush()
+
+    def log_generations(self, samples: Sequence[Sample], step: int) -> None:
+        rows = ["| input | output | score |", "|---|---|---|"]
+        for inp, out, score in samples:
+            cells = [str(c).replace("|", "\\|").replace("\n", "<br>") for c in (inp, out)]
+            rows.append(f"| {cells[0]} | {cells[1]} | {_format(float(score))} |")
+        self.writer.add_text("val/generations", "\n".join(rows), global_step=step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Tracking:
+    """Send each step's metrics to every backend in ``backends``.
+
+    Args:
+        project_name / experiment_name: verl ``trainer.project_name`` / ``trainer.experiment_name``.
+        backends: verl ``trainer.logger``: names from ``("console", "file", "tensorboard")`` (a single string
+            is accepted; duplicates are ignored).
+        run_dir: folder of ``metrics.jsonl`` and the default tensorboard folder (created if missing).
+        config_dict: the resolved config, shown as text in tensorboard.
+        total_steps: length of the console progress bar (``None``: no total).
+        stream: console output (default ``sys.stdout``).
+
+    Raises:
+        TrackingBackendError (a ValueError): an unknown backend (the message lists the valid ones), or
+            tensorboard requested without the package (the message gives the pip command). Checked for all
+            names before any backend opens a file.
+    """
+
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        backends: str | Iterable[str] = ("console",),
+        run_dir: str | os.PathLike[str] = ".",
+        config_dict: Mapping[str, Any] | None = None,
+        total_steps: int | None = None,
+        stream: TextIO | None = None,
+    ):
+        names = [backends] if isinstance(backends, str) else list(backends)
+        names = list(dict.fromkeys(names))
+        for name in names:
+            if name not in VALID_BACKENDS:
+                hint = " (a verl backend this implementation does not ship)" if name in _VERL_ONLY_BACKENDS else ""
+                raise TrackingBackendError(
+                    f"unknown logger backend {name!r} in trainer.logger{hint}; valid: {list(VALID_BACKENDS)}"
+                )
+        self.project_name = project_name
+        self.experiment_name = experiment_name
+        self.run_dir = Path(run_dir)
+        self.backends: dict[str, Any] = {}
+        try:
+            for name in names:
+                if name == "console":
+                    out = stream if stream is not None else sys.stdout
+                    self.backends[name] = ConsoleBackend(experiment_name, total_steps, out)
+                elif name == "file":
+                    self.backends[name] = FileBackend(self.run_dir)
+                else:
+                    self.backends[name] = TensorboardBackend(self.run_dir, config_dict)
+        except BaseException:
+            self.close()
+            raise
+
+    def log(self, data: Mapping[str, Any], step: int) -> None:
+        """Log one step's ``{metric name: value}`` (numbers, numpy/torch scalars; text is kept by ``file``)."""
+        for backend in self.backends.values():
+            backend.log(data, step)
+
+    def log_generations(self, samples: Sequence[Sample], step: int) -> None:
+        """Log ``(input, output, score)`` validation samples as text in every backend."""
+        for backend in self.backends.values():
+            backend.log_generations(samples, step)
+
+    def close(self) -> None:
+        """Flush and close every backend (idempotent)."""
+        for backend in self.backends.values():
+            backend.close()
+        self.backends = {}
+
+    def __enter__(self) -> Tracking:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ValidationGenerationsLogger:
+    """Log a fixed, seeded selection of validation generations each time validation runs.
+
+    Selection as verl's ``RayPPOTrainer._maybe_log_val_generations``: ``(input, output, score)`` triples sorted
+    by input, shuffled with ``numpy.random.RandomState(seed)`` (seed 42), first ``num_samples`` kept — so the
+    same prompts are shown at every validation and their outputs can be compared across steps.
+
+    Args:
+        tracking: where to log (:meth:`Tracking.log_generations`).
+        num_samples: verl ``trainer.log_val_generations``; 0 logs nothing.
+    """
+
+    def __init__(self, tracking: Tracking, num_samples: int, seed: int = 42):
+        if num_samples < 0:
+            raise ValueError(f"trainer.log_val_generations must be >= 0, got {num_samples}")
+        self.tracking = tracking
+        self.num_samples = num_samples
+        self.seed = seed
+
+    def select(self, inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float]) -> list[Sample]:
+        """The samples :meth:`log` would write (a pure function of the arguments and the seed)."""
+        if not len(inputs) == len(outputs) == len(scores):
+            raise ValueError(f"inputs/outputs/scores lengths differ: {len(inputs)}, {len(outputs)}, {len(scores)}")
+        samples = sorted(zip(inputs, outputs, (float(s) for s in scores), strict=True), key=lambda s: s[0])
+        np.random.RandomState(self.seed).shuffle(samples)
+        return samples[: self.num_samples]
+
+    def log(self, inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float], step: int) -> list[Sample]:
+        """Select and log; returns what was logged (empty when ``num_samples`` is 0)."""
+        samples = self.select(inputs, outputs, scores)
+        if samples:
+            self.tracking.log_generations(samples, step)
+        return samples
