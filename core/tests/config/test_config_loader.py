@@ -258,3 +258,10 @@ def test_config_error_is_a_value_error_and_pickles() -> None:
     assert isinstance(error, ConfigError)
     copy = pickle.loads(pickle.dumps(error))
     assert str(copy) == str(error) and copy.key == error.key == "trainer.nodes"
+
+
+def test_multi_line_issues_stay_under_their_bullet() -> None:
+    from verl.config import ConfigIssue
+
+    error = ConfigError([ConfigIssue("a", "a: first\nsecond line"), ConfigIssue("b", "b: other")])
+    assert str(error) == "2 config errors:\n  - a: first\n    second line\n  - b: other"

@@ -119,7 +119,8 @@ def _make_tuple_hook(converter: cattrs.Converter):
         if variadic and isinstance(value, str):
             value = [value]  # verl takes `logger: console` or `train_files: a.parquet` as one item
         if not isinstance(value, (list, tuple)):
-            raise ValueTypeError(type_name(tp), value)
+            single = "str or " if variadic and args[0] is str else ""
+            raise ValueTypeError(single + type_name(tp), value)
         if not variadic and len(value) != len(args):
             raise ValueTypeError(type_name(tp), value)
         item_types = [args[0]] * len(value) if variadic else list(args)

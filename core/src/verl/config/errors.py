@@ -50,7 +50,8 @@ class ConfigError(ValueError):
         if len(self.issues) == 1:
             return self.issues[0].message
         lines = [f"{len(self.issues)} config errors:"]
-        lines += [f"  - {issue.message}" for issue in self.issues]
+        # Continuation lines (e.g. a plugin manager's list of failed plugins) stay under their bullet.
+        lines += ["  - " + issue.message.replace("\n", "\n    ") for issue in self.issues]
         return "\n".join(lines)
 
     def __reduce__(self):  # keep pickling (e.g. across Ray) lossless
