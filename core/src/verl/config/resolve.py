@@ -2,7 +2,6 @@
 
 | key (when null)                                       | becomes                                  |
 |-------------------------------------------------------|------------------------------------------|
-| data.seed                                             | trainer.seed                             |
 | actor_rollout_ref.model.tokenizer_path                | actor_rollout_ref.model.path             |
 | actor_rollout_ref.actor.checkpoint.load_contents      | actor checkpoint.save_contents           |
 | actor_rollout_ref.rollout.prompt_length               | data.max_prompt_length                   |
@@ -35,7 +34,6 @@ _ACTOR = "actor_rollout_ref.actor"
 
 # Order matters: a rule may read a value filled by an earlier rule (critic.model.tokenizer_path).
 _RULES: tuple[_Rule, ...] = (
-    ("data.seed", lambda c: c.trainer.seed),
     ("actor_rollout_ref.model.tokenizer_path", lambda c: c.actor_rollout_ref.model.path),
     (f"{_ACTOR}.checkpoint.load_contents", lambda c: c.actor_rollout_ref.actor.checkpoint.save_contents),
     ("actor_rollout_ref.rollout.prompt_length", lambda c: c.data.max_prompt_length),

@@ -32,7 +32,7 @@ class DataConfig:
     val_batch_size: int | None = fld(None, doc="prompts per validation batch; null = the whole validation set")
     return_raw_chat: bool = fld(True, doc="keep the raw chat messages (raw_prompt) in each sample")
     shuffle: bool = fld(True, doc="shuffle the training set every epoch")
-    seed: int | None = fld(None, doc="seed of the shuffling sampler; null = trainer.seed")
+    seed: int | None = fld(None, doc="seed of the shuffling sampler; null = the sampler's default (1, as in verl)")
     filter_overlong_prompts: bool = fld(False, doc="drop prompts longer than max_prompt_length when loading")
     truncation: Truncation = fld(
         "error", doc="what to do with a prompt longer than max_prompt_length: error|left|right|middle"
