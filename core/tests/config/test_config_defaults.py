@@ -217,3 +217,11 @@ def test_every_key_is_documented() -> None:
 def test_importing_verl_config_does_not_import_torch() -> None:
     code = "import sys, verl.config; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_config_pickles_and_hashes_for_worker_processes() -> None:
+    import pickle
+
+    cfg = load_config(overrides=["+actor_rollout_ref.model.override_config.attention_dropout=0.1"])
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    assert hash(cfg) == hash(load_config(overrides=["+actor_rollout_ref.model.override_config.attention_dropout=0.1"]))
