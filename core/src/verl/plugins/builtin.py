@@ -40,3 +40,44 @@ def verl_policy_losses() -> list[PolicyLossSpec]:
     from verl.algorithms.registry import POLICY_LOSS_REGISTRY
 
     return [PolicyLossSpec(name=name, fn=fn) for name, fn in POLICY_LOSS_REGISTRY.items()]
+
+
+@hookimpl
+def verl_training_engines() -> list:
+    """``reference``: single-process PyTorch on a HF causal LM (the CPU default and numerical oracle)."""
+    from verl.engines.reference.builders import ReferenceEngineOptions, build_reference_training_engine
+    from verl.plugins.specs import TrainingEngineSpec
+
+    return [
+        TrainingEngineSpec(
+            name="reference",
+            factory=build_reference_training_engine,
+            options_cls=ReferenceEngineOptions,
+            devices=("cpu", "cuda"),
+        )
+    ]
+
+
+@hookimpl
+def verl_rollout_engines() -> list:
+    """``hf``: batched generation with HF ``transformers`` and a KV cache.
+
+    Capability ``share_module``: it can generate from the actor's live module (no second copy).
+    """
+    from verl.engines.reference.builders import build_hf_rollout_engine
+    from verl.plugins.specs import RolloutEngineSpec
+
+    return [
+        RolloutEngineSpec(
+            name="hf", factory=build_hf_rollout_engine, devices=("cpu", "cuda"), capabilities={"share_module"}
+        )
+    ]
+
+
+@hookimpl
+def verl_checkpoint_engines() -> list:
+    """``colocated``: trainer -> rollout weight hand-over inside one process (no disk, no copy when shared)."""
+    from verl.engines.reference.builders import build_colocated_checkpoint_engine
+    from verl.plugins.specs import CheckpointEngineSpec
+
+    return [CheckpointEngineSpec(name="colocated", factory=build_colocated_checkpoint_engine)]

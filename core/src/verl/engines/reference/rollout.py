@@ -134,7 +134,7 @@ class HFRolloutEngine:
         """Generate one response per row of ``prompts``.
 
         Input: ``prompts.batch["input_ids"]`` and ``["attention_mask"]`` ``(bs, prompt_len)``, left-padded
-        (``position_ids`` are recomputed from the mask, K07). ``meta_info`` may hold ``validate``,
+        (``position_ids`` are recomputed from the mask, K07). ``meta_info`` may hold ``seed`` (reseeds the sampler for this call), ``validate``,
         ``do_sample``, ``temperature``, ``top_p``, ``top_k``, ``response_length`` (see
         :func:`~verl.engines.reference.sampling.resolve_sampling_params`).
 
@@ -162,6 +162,10 @@ class HFRolloutEngine:
         out_device = input_ids.device
         meta = prompts.meta_info or {}
         params = resolve_sampling_params(self.config, meta)
+        if meta.get("seed") is not None:
+            # A per-call seed makes a call's samples depend only on (seed, weights, prompts): the trainer
+            # passes one derived from the step, so a resumed run samples what the uninterrupted run did.
+            self.generator.manual_seed(int(meta["seed"]))
         resp_len = int(meta.get("response_length") or _cfg(self.config, "response_length", 512))
         self._check_prompts(input_ids, attention_mask, resp_len)
         if self._asleep:

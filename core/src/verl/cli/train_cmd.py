@@ -1,0 +1,79 @@
+"""``verl train [CONFIG.yaml] [key=value ...]``: run RL post-training.
+
+With no CONFIG, runs the embedded default ``gsm8k_grpo_smollm2_cpu.yaml`` (GRPO on GSM8K
+with SmolLM2-135M-Instruct on CPU). The run directory (``--run-dir``, default
+``runs/<project_name>/<experiment_name>``) receives the resolved ``config.yaml``,
+``metrics.jsonl``, checkpoints and the final actor as a HF folder (``final_hf/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+HELP = "run RL post-training (GRPO/PPO-style) from a YAML config and key=value overrides"
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "trainer" / "config" / "gsm8k_grpo_smollm2_cpu.yaml"
+GSM8K_DEFAULT_DIR = Path("~/data/gsm8k")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``[CONFIG] [key=value ...]`` plus ``--run-dir``."""
+    parser.add_argument("items", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML file, then overrides")
+    parser.add_argument("--run-dir", default=None, help="output folder (default runs/<project>/<experiment>)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def _expand(files: tuple[str, ...] | list[str]) -> list[str]:
+    return [str(Path(f).expanduser()) for f in files]
+
+
+def _ensure_gsm8k(files: list[str]) -> None:
+    """Write the shipped GSM8K parquet files when the config points at the default location."""
+    missing = [f for f in files if not Path(f).exists()]
+    default = GSM8K_DEFAULT_DIR.expanduser()
+    if missing and all(Path(f).parent == default for f in missing):
+        from verl.data.gsm8k import prepare_gsm8k
+
+        print(f"verl train: preparing GSM8K parquet files in {default} (verl data gsm8k)", file=sys.stderr)
+        prepare_gsm8k(default)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load and validate the config, then train; exit 2 on a config error, 1 on a run error."""
+    import attrs
+
+    from verl.cli.config_cmd import split_items
+    from verl.config import ConfigError, load_config, save_resolved_config
+
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    path, overrides = split_items(args.items)
+    try:
+        cfg = load_config(
+            path or DEFAULT_CONFIG, overrides, on_warning=lambda m: print(f"warning: {m}", file=sys.stderr)
+        )
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    data = attrs.evolve(cfg.data, train_files=_expand(cfg.data.train_files), val_files=_expand(cfg.data.val_files))
+    cfg = attrs.evolve(cfg, data=data)
+    _ensure_gsm8k(list(cfg.data.train_files) + list(cfg.data.val_files))
+    run_dir = Path(args.run_dir or Path("runs") / cfg.trainer.project_name / cfg.trainer.experiment_name)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_resolved_config(cfg, run_dir)
+
+    from verl.trainer.ppo_trainer import PPOTrainer
+
+    trainer = PPOTrainer(cfg, run_dir)
+    try:
+        trainer.init()
+        trainer.fit()
+        if trainer.global_steps > 0:
+            final = trainer.actor_rollout_wg.export_hf(str(run_dir / "final_hf"))
+            print(f"verl train: done, {trainer.global_steps} steps; final actor (HF folder): {final}")
+    finally:
+        if hasattr(trainer, "tracking"):
+            trainer.close()
+    return 0
