@@ -55,12 +55,13 @@ class ActorRolloutRefWorker(Worker):
     def init_model(self, total_training_steps: int = 1) -> dict[str, Any]:
         """Resolve the model, build the engines of this worker's roles; returns a short summary."""
         from verl.models import load_tokenizer, resolve_model_path
-        from verl.platform import current_platform
+        from verl.platform import resolve_platform
         from verl.plugins import get_plugin_manager
 
         cfg = self.config
         arr = cfg.actor_rollout_ref
-        platform = current_platform()
+        platform = resolve_platform(cfg.trainer.device)
+        self.platform = platform
         platform.manual_seed(cfg.trainer.seed + self.rank)
         device = platform.torch_device()
         model_path = resolve_model_path(arr.model.path)
