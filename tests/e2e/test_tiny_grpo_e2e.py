@@ -87,7 +87,7 @@ def _strip_timing(row: dict) -> dict:
 @pytest.fixture(scope="module")
 def full_run(workspace) -> Path:
     run_dir = workspace["root"] / "run_a"
-    assert verl_main(_args(workspace, run_dir)) == 0
+    assert verl_main(_args(workspace, run_dir, f"trainer.rollout_data_dir={run_dir / 'rollouts'}")) == 0
     return run_dir
 
 
@@ -123,6 +123,15 @@ def test_three_steps_train_log_and_checkpoint(workspace, full_run):
     ]
     assert any(moved)
     assert (full_run / "config.yaml").exists()
+
+
+def test_rollout_dump_matches_logged_scores(full_run):
+    for row in (r for r in _metrics(full_run) if r["step"] > 0):
+        samples = [json.loads(x) for x in (full_run / "rollouts" / f"{row['step']}.jsonl").read_text().splitlines()]
+        assert len(samples) == 4  # 2 prompts x n=2
+        scores = [s["score"] for s in samples]
+        assert sum(scores) / len(scores) == pytest.approx(row["critic/score/mean"], abs=1e-6)
+        assert len({s["uid"] for s in samples}) == 2
 
 
 def test_resume_from_step_2_reproduces_step_3(workspace, full_run):

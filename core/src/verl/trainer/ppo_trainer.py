@@ -180,9 +180,7 @@ class PPOTrainer:
             with marked_timer("old_log_prob", timing):
                 old = wg.compute_log_prob(batch)
                 entropys = old.batch.pop("entropys")
-                metrics["actor/entropy"] = float(
-                    agg_loss(entropys, batch.batch["response_mask"], actor.loss_agg_mode)
-                )
+                metrics["actor/entropy"] = float(agg_loss(entropys, batch.batch["response_mask"], actor.loss_agg_mode))
                 old.meta_info.clear()
                 batch = batch.union(old)
             if self.use_reference_policy:
@@ -214,6 +212,8 @@ class PPOTrainer:
                     self.save_checkpoint()
             with marked_timer("update_weights", timing):
                 wg.update_weights()
+        if cfg.trainer.rollout_data_dir:
+            self._dump_rollouts(batch)
         metrics.update(compute_data_metrics(batch, use_critic=False))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, n_gpus=1))
@@ -234,7 +234,14 @@ class PPOTrainer:
 
         if self.val_dataloader is None:
             return {}
-        records: dict[str, list[Any]] = {"data_source": [], "score": [], "acc": [], "uid": [], "input": [], "output": []}
+        records: dict[str, list[Any]] = {
+            "data_source": [],
+            "score": [],
+            "acc": [],
+            "uid": [],
+            "input": [],
+            "output": [],
+        }
         extra: dict[str, float] = {}
         for batch in self.val_dataloader:
             uids = [str(uuid.uuid4()) for _ in range(len(batch))]
@@ -261,6 +268,22 @@ class PPOTrainer:
         self._dump_generations(records)
         self.validation_history.append({"step": self.global_steps, **result})
         return result
+
+    def _dump_rollouts(self, batch: Any) -> None:
+        """verl's ``trainer.rollout_data_dir``: one ``{step}.jsonl`` with every sample of the step."""
+        import json
+
+        path = Path(self.config.trainer.rollout_data_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        inputs = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
+        outputs = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
+        scores = batch.batch["token_level_scores"].sum(-1).tolist()
+        truths = [rm.get("ground_truth") for rm in batch.non_tensor_batch["reward_model"]]
+        uids = batch.non_tensor_batch["uid"]
+        with open(path / f"{self.global_steps}.jsonl", "w") as fh:
+            for i in range(len(batch)):
+                row = {"input": inputs[i], "output": outputs[i], "gts": truths[i], "score": scores[i]}
+                fh.write(json.dumps({**row, "uid": str(uids[i]), "step": self.global_steps}) + "\n")
 
     def _dump_generations(self, records: dict[str, list[Any]]) -> None:
         import json
