@@ -45,6 +45,9 @@ def lint(session: nox.Session) -> None:
 def core(session: nox.Session) -> None:
     """verl-core alone: unit tests (core/tests) and cross-package CLI tests (tests/)."""
     _install_core(session)
+    # Tests use tiny models where per-op threading overhead dominates; one intra-op thread is
+    # faster and immune to OpenMP spin-wait collapse when other processes share the 2 cores.
+    session.env.setdefault("OMP_NUM_THREADS", "1")
     session.run("pytest", "core/tests", "tests", "-m", "not slow and not gpu and not npu", *session.posargs)
 
 

@@ -1,0 +1,169 @@
+"""Turn a `verl train` run directory into a results page: score curve PNG, per-step table, learning test.
+
+    python scripts/results_page.py RUN_DIR OUT_MD [--title TITLE] [--command "verl train ..."]
+
+Reads ``RUN_DIR/metrics.jsonl`` (per-step metrics, validation rows) and, when the run set
+``trainer.rollout_data_dir=RUN_DIR/rollouts``, the per-sample scores of every step. The
+learning test is the one the project uses: the mean training score over the last quarter
+of steps must exceed the first quarter's by more than two standard errors of the
+difference, ``SE = sqrt(var_first / n_first + var_last / n_last)`` over per-sample scores
+(per-step means when no sample dump exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+from pathlib import Path
+
+
+def load_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def sample_scores(run_dir: Path, step: int) -> list[float] | None:
+    path = run_dir / "rollouts" / f"{step}.jsonl"
+    if not path.exists():
+        return None
+    return [float(json.loads(line)["score"]) for line in path.read_text().splitlines() if line.strip()]
+
+
+def mean_var(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    return mean, var
+
+
+def learning_test(run_dir: Path, steps: list[dict]) -> dict:
+    """First vs last quarter of steps: means, standard error of the difference, verdict."""
+    q = max(1, len(steps) // 4)
+    first, last = steps[:q], steps[-q:]
+
+    def pool(rows: list[dict]) -> tuple[list[float], str]:
+        per_sample = [sample_scores(run_dir, r["step"]) for r in rows]
+        if all(s is not None for s in per_sample):
+            return [x for s in per_sample for x in s], "samples"
+        return [r["critic/score/mean"] for r in rows], "step means"
+
+    a, unit = pool(first)
+    b, _ = pool(last)
+    (ma, va), (mb, vb) = mean_var(a), mean_var(b)
+    se = math.sqrt(va / len(a) + vb / len(b))
+    return {
+        "quarter_steps": q,
+        "unit": unit,
+        "first": (ma, len(a)),
+        "last": (mb, len(b)),
+        "diff": mb - ma,
+        "se": se,
+        "z": (mb - ma) / se if se > 0 else float("inf"),
+        "learns": (mb - ma) > 2 * se,
+    }
+
+
+def plot(steps: list[dict], vals: list[dict], out_png: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = [r["step"] for r in steps]
+    y = [r["critic/score/mean"] for r in steps]
+    ax.plot(x, y, marker="o", label="train score (critic/score/mean)")
+    window = 3
+    if len(y) >= window:
+        smooth = [sum(y[i - window + 1 : i + 1]) / window for i in range(window - 1, len(y))]
+        ax.plot(x[window - 1 :], smooth, label=f"train score, {window}-step mean")
+    for key in sorted({k for r in vals for k in r if k.startswith("val-core/")}):
+        ax.plot([r["step"] for r in vals if key in r], [r[key] for r in vals if key in r], marker="s", label=key)
+    ax.set_xlabel("step")
+    ax.set_ylabel("score")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("out_md", type=Path)
+    parser.add_argument("--title", default="GRPO on GSM8K, SmolLM2-135M-Instruct, 2-core CPU")
+    parser.add_argument("--command", default="verl train")
+    args = parser.parse_args()
+    rows = load_rows(args.run_dir)
+    steps = [r for r in rows if r["step"] > 0 and "critic/score/mean" in r]
+    vals = [r for r in rows if any(k.startswith("val-core/") for k in r)]
+    args.out_md.parent.mkdir(parents=True, exist_ok=True)
+    png = args.out_md.with_suffix(".png")
+    plot(steps, vals, png, args.title)
+    test = learning_test(args.run_dir, steps)
+    config = (args.run_dir / "config.yaml").read_text()
+    stage_keys = [k for k in steps[0] if k.startswith("timing_s/")]
+    lines = [
+        f"# {args.title}",
+        "",
+        f"Command: `{args.command}`  ",
+        f"Machine: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} CPUs, "
+        f"Python {platform.python_version()}  ",
+        f"Steps: {len(steps)}; wall time {sum(r['timing_s/step'] for r in steps) / 60:.1f} min of training steps",
+        "",
+        f"![score curve]({png.name})",
+        "",
+        "## Learning test",
+        "",
+        f"First {test['quarter_steps']} steps: mean score {test['first'][0]:.4f} over {test['first'][1]} {test['unit']}; "
+        f"last {test['quarter_steps']} steps: {test['last'][0]:.4f} over {test['last'][1]} {test['unit']}.  ",
+        f"Difference {test['diff']:+.4f}, standard error {test['se']:.4f}, z = {test['z']:.2f} -> "
+        f"**{'learns (difference > 2 SE)' if test['learns'] else 'not significant (difference <= 2 SE)'}**.",
+        "",
+        "## Validation (greedy)",
+        "",
+        "| step | " + " | ".join(sorted({k for r in vals for k in r if k.startswith("val-core/")})) + " |",
+        "|---|" + "---|" * len({k for r in vals for k in r if k.startswith("val-core/")}),
+    ]
+    val_keys = sorted({k for r in vals for k in r if k.startswith("val-core/")})
+    for r in vals:
+        lines.append(f"| {r['step']} | " + " | ".join(f"{r.get(k, float('nan')):.4f}" for k in val_keys) + " |")
+    lines += [
+        "",
+        "## Per step",
+        "",
+        "| step | score | pg_loss | entropy | grad_norm | resp len | " + " | ".join(k.split("/")[1] for k in stage_keys) + " |",
+        "|---" * (6 + len(stage_keys)) + "|",
+    ]
+    for r in steps:
+        cells = [
+            r["step"],
+            f"{r['critic/score/mean']:.3f}",
+            f"{r.get('actor/pg_loss', float('nan')):+.4f}",
+            f"{r.get('actor/entropy', float('nan')):.3f}",
+            f"{r.get('actor/grad_norm', float('nan')):.3f}",
+            f"{r['response_length/mean']:.1f}",
+            *(f"{r[k]:.1f}" for k in stage_keys),
+        ]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += [
+        "",
+        "Seconds per stage, mean over steps: "
+        + ", ".join(f"{k.split('/')[1]} {sum(r[k] for r in steps) / len(steps):.1f}" for k in stage_keys),
+        "",
+        "## Config",
+        "",
+        "```yaml",
+        config.rstrip(),
+        "```",
+        "",
+    ]
+    args.out_md.parent.mkdir(parents=True, exist_ok=True)
+    args.out_md.write_text("\n".join(lines))
+    print(f"wrote {args.out_md} and {png}; learning test: {test}")
+
+
+if __name__ == "__main__":
+    main()
