@@ -117,7 +117,6 @@ def convert_gguf_to_hf(
     config = gguf_model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.name_or_path = ""
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing_keys, unexpected = plain.load_state_dict(gguf_model.state_dict(), strict=False)
     # Tied heads are absent from some GGUF files; anything else missing would be a broken conversion.

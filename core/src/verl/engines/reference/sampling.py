@@ -123,6 +123,7 @@ def select_next_tokens(
     else:
         scaled = logits / params.temperature
         logp = torch.log_softmax(scaled, dim=-1)
-        probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), dim=-1)
+        filtering = 0 < params.top_k < logits.shape[-1] or params.top_p < 1.0
+        probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), dim=-1) if filtering else logp.exp()
         tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
     return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
