@@ -150,3 +150,31 @@ def test_resume_from_step_2_reproduces_step_3(workspace, full_run):
 def test_finished_run_reports_already_finished(workspace, full_run, capsys):
     assert verl_main(_args(workspace, full_run, "trainer.resume_mode=auto")) == 0
     assert "already finished" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    ["rloo", "remax", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk"],
+)
+def test_every_critic_free_estimator_runs_a_step(workspace, estimator):
+    run_dir = workspace["root"] / f"est_{estimator}"
+    args = _args(workspace, run_dir, f"algorithm.adv_estimator={estimator}", "trainer.total_training_steps=1")
+    args += ["trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1"]
+    assert verl_main(args) == 0
+    (row,) = _metrics(run_dir)
+    assert math.isfinite(row["actor/pg_loss"]) and math.isfinite(row["critic/advantages/mean"])
+    if estimator == "remax":
+        assert "timing_s/gen_max" in row
+
+
+def test_estimator_needing_a_critic_is_refused_before_loading(workspace, capsys):
+    assert verl_main(_args(workspace, workspace["root"] / "gae", "algorithm.adv_estimator=gae")) == 2
+    err = capsys.readouterr().err
+    assert "needs a critic" in err and "Traceback" not in err
+
+
+def test_missing_model_path_is_a_clear_error(workspace, capsys):
+    args = _args(workspace, workspace["root"] / "nomodel", "actor_rollout_ref.model.path=/nonexistent/model")
+    assert verl_main(args) == 2
+    err = capsys.readouterr().err
+    assert "/nonexistent/model" in err and "does not exist" in err

@@ -41,13 +41,22 @@ def _isolated_backends(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(backend_options, "default_algorithm_registry", lambda: _AnyAlgorithm)
 
 
-def test_show_defaults(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["config", "show"]) == 0
+def test_show_schema_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "show", "--schema-defaults"]) == 0
     out = capsys.readouterr()
     tree = load_yaml(out.out)
     assert tree["actor_rollout_ref"]["rollout"]["name"] == "hf"
     assert tree["actor_rollout_ref"]["rollout"]["prompt_length"] == 512  # resolved from data.max_prompt_length
     assert tree["trainer"]["logger"] == ["console"]
+
+
+def test_show_without_file_is_what_verl_train_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # The embedded GSM8K / SmolLM2 CPU config (examples/gsm8k_grpo_smollm2_cpu.yaml).
+    assert main(["config", "show"]) == 0
+    tree = load_yaml(capsys.readouterr().out)
+    assert tree["algorithm"]["adv_estimator"] == "grpo"
+    assert tree["actor_rollout_ref"]["rollout"]["prompt_length"] == 256
+    assert tree["actor_rollout_ref"]["model"]["path"] == "smollm2-135m-instruct"
 
 
 def test_show_file_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -77,6 +86,7 @@ def test_validation_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         [
             "config",
             "show",
+            "--schema-defaults",
             "data.train_batch_size=8",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2",
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 HELP = "show the resolved config (defaults <- YAML file <- key=value overrides) or why it is invalid"
+
+# What `verl train` (and `verl config show`) use when no CONFIG file is given.
+DEFAULT_RUN_CONFIG = Path(__file__).resolve().parent.parent / "trainer" / "config" / "gsm8k_grpo_smollm2_cpu.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +26,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the resolved config as YAML",
         description="Print the resolved config as YAML. CONFIG is a YAML file (optional); "
         "overrides are verl/Hydra style: actor_rollout_ref.rollout.n=4 or +trainer.logger=[console,file].",
+    )
+    show.add_argument(
+        "--schema-defaults",
+        action="store_true",
+        help="start from the bare schema defaults (verl's) instead of the embedded run config",
     )
     show.add_argument(
         "items",
@@ -48,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {message}", file=sys.stderr)
 
     try:
-        cfg = load_config(path, overrides, on_warning=warn)
+        base = path or (None if args.schema_defaults else DEFAULT_RUN_CONFIG)
+        cfg = load_config(base, overrides, on_warning=warn)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@
 With no CONFIG, runs the embedded default ``gsm8k_grpo_smollm2_cpu.yaml`` (GRPO on GSM8K
 with SmolLM2-135M-Instruct on CPU). The run directory (``--run-dir``, default
 ``runs/<project_name>/<experiment_name>``) receives the resolved ``config.yaml``,
-``metrics.jsonl``, checkpoints and the final actor as a HF folder (``final_hf/``).
+``metrics.jsonl`` and the final actor as a HF folder (``final_hf/``); checkpoints go to
+``trainer.default_local_dir`` (verl's default ``checkpoints/<project_name>/<experiment_name>``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from pathlib import Path
 
 HELP = "run RL post-training (GRPO/PPO-style) from a YAML config and key=value overrides"
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "trainer" / "config" / "gsm8k_grpo_smollm2_cpu.yaml"
 GSM8K_DEFAULT_DIR = Path("~/data/gsm8k")
 
 
@@ -45,14 +45,14 @@ def run(args: argparse.Namespace) -> int:
     """Load and validate the config, then train; exit 2 on a config error, 1 on a run error."""
     import attrs
 
-    from verl.cli.config_cmd import split_items
+    from verl.cli.config_cmd import DEFAULT_RUN_CONFIG, split_items
     from verl.config import ConfigError, load_config, save_resolved_config
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
     path, overrides = split_items(args.items)
     try:
         cfg = load_config(
-            path or DEFAULT_CONFIG, overrides, on_warning=lambda m: print(f"warning: {m}", file=sys.stderr)
+            path or DEFAULT_RUN_CONFIG, overrides, on_warning=lambda m: print(f"warning: {m}", file=sys.stderr)
         )
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -66,9 +66,17 @@ def run(args: argparse.Namespace) -> int:
 
     from verl.trainer.ppo_trainer import PPOTrainer
 
-    trainer = PPOTrainer(cfg, run_dir)
     try:
+        # Set-up errors (model path, dataset rows, chat template, unsupported options) are user
+        # errors raised before any training: print them plainly; -v shows the traceback.
+        trainer = PPOTrainer(cfg, run_dir)
         trainer.init()
+    except (ValueError, FileNotFoundError) as exc:
+        if args.verbose:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
         trainer.fit()
         if trainer.global_steps > 0:
             final = trainer.actor_rollout_wg.export_hf(str(run_dir / "final_hf"))

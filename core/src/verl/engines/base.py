@@ -25,10 +25,12 @@ if TYPE_CHECKING:
 
     from verl.protocol import DataProto
 
-# A loss function for TrainingEngine.train_batch: given one micro-batch (as DataProto) and the
-# model outputs for it, return (loss tensor to backprop, metrics dict). The engine sums the
-# micro-batch losses (they must already be globally normalised, DESIGN §5).
-LossFn = Callable[["DataProto", dict[str, "torch.Tensor"]], tuple["torch.Tensor", dict[str, Any]]]
+# A loss function for TrainingEngine.train_batch: ``loss_fn(micro, outputs, norm)`` gets one
+# micro-batch (DataProto), the model outputs for it (``log_probs``, ``entropys``) and the
+# mini-batch normalisers (``verl.algorithms.compute_global_batch_info``), and returns
+# (loss tensor to backprop, metrics). The engine sums the micro-batch losses (globally
+# normalised, DESIGN §5) and sums the metrics, which are additive contributions.
+LossFn = Callable[["DataProto", dict[str, "torch.Tensor"], dict[str, Any]], tuple["torch.Tensor", dict[str, float]]]
 
 
 @runtime_checkable
@@ -56,6 +58,10 @@ class TrainingEngine(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+        ...
+
+    def save_hf(self, path: Any, tokenizer: Any = None) -> None:
+        """Write the full (unsharded) weights and ``tokenizer`` as a HF folder for ``from_pretrained``."""
         ...
 
     def offload(self) -> None:

@@ -30,6 +30,7 @@ from verl.trainer.metrics import (
 logger = logging.getLogger(__name__)
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+CRITIC_ESTIMATORS = ("gae",)
 
 
 class PPOTrainer:
@@ -43,6 +44,12 @@ class PPOTrainer:
     """
 
     def __init__(self, config: Any, run_dir: str | Path) -> None:
+        if config.algorithm.adv_estimator in CRITIC_ESTIMATORS or config.critic.enable:
+            raise ValueError(
+                f"algorithm.adv_estimator={config.algorithm.adv_estimator!r} (or critic.enable=true) needs a critic, "
+                "which this trainer does not run yet; use a critic-free estimator: algorithm.adv_estimator="
+                "grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg | grpo_passk"
+            )
         self.config = config
         self.run_dir = Path(run_dir)
         self.global_steps = 0
@@ -59,6 +66,7 @@ class PPOTrainer:
         from verl.data.dataset import RLHFDataset
         from verl.data.sampler import create_dataloader
         from verl.models import load_tokenizer, resolve_model_path
+        from verl.platform import resolve_platform
         from verl.trainer.checkpoint import CheckpointManager
         from verl.trainer.tracking import Tracking
         from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
@@ -98,8 +106,11 @@ class PPOTrainer:
         self.reward_fn = self._build_reward_manager(num_examine=0)
         self.val_reward_fn = self._build_reward_manager(num_examine=0)
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
-        ckpt_dir = cfg.trainer.default_local_dir or str(self.run_dir / "checkpoints")
-        self.checkpoints = CheckpointManager(ckpt_dir, max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep)
+        # verl's layout: checkpoints under trainer.default_local_dir (checkpoints/<project>/<experiment>).
+        self.checkpoints = CheckpointManager(
+            cfg.trainer.default_local_dir, max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep
+        )
+        self.platform = resolve_platform(cfg.trainer.device)
         self.tracking = Tracking(
             project_name=cfg.trainer.project_name,
             experiment_name=cfg.trainer.experiment_name,
@@ -169,6 +180,9 @@ class PPOTrainer:
             gen_batch, n = self._gen_batch(batch, validate=False)
             with marked_timer("gen", timing):
                 gen_out = wg.generate_sequences(gen_batch)
+            if cfg.algorithm.adv_estimator == "remax":
+                with marked_timer("gen_max", timing):
+                    baselines = self._greedy_baseline(batch)
             batch = batch.repeat(repeat_times=n, interleave=True)
             for key in PROMPT_KEYS:  # the rollout returns the full prompt+response versions
                 batch.batch.pop(key)
@@ -177,6 +191,8 @@ class PPOTrainer:
             batch.meta_info.pop("timing", None)
             with marked_timer("reward", timing):
                 self._reward(batch, self.reward_fn, metrics)
+            if cfg.algorithm.adv_estimator == "remax":
+                batch.batch["reward_baselines"] = baselines.repeat_interleave(n)
             with marked_timer("old_log_prob", timing):
                 old = wg.compute_log_prob(batch)
                 entropys = old.batch.pop("entropys")
@@ -220,6 +236,20 @@ class PPOTrainer:
         metrics["training/global_step"] = self.global_steps
         metrics["training/epoch"] = (self.global_steps - 1) // self.steps_per_epoch
         return metrics
+
+    def _greedy_baseline(self, batch: Any) -> torch.Tensor:
+        """ReMax's baseline: the score of one greedy response per prompt, ``(num_prompts,)`` float32.
+
+        Source: verl/trainer/ppo/ray_trainer.py (``gen_max`` stage) and arXiv:2310.10505.
+        """
+        from verl.protocol import DataProto
+
+        gen = batch.select(batch_keys=list(PROMPT_KEYS))
+        gen.meta_info.update({"do_sample": False, "global_steps": self.global_steps, "seed": 0})
+        out = self.actor_rollout_wg.generate_sequences(gen)
+        scored = DataProto(batch=out.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})
+        rewards = self.reward_fn(scored, return_dict=True)["reward_tensor"]
+        return rewards.sum(-1).float()
 
     def _should_save(self) -> bool:
         freq = self.config.trainer.save_freq
@@ -306,7 +336,7 @@ class PPOTrainer:
 
         state = {
             "global_steps": self.global_steps,
-            "rng": capture_rng_state(),
+            "rng": capture_rng_state(self.platform),
             "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
         }
         loader_state = self.train_dataloader.state_dict()
@@ -331,7 +361,7 @@ class PPOTrainer:
         self.actor_rollout_wg.load_checkpoint(str(Path(path) / "actor"))
         self.train_dataloader.load_state_dict(torch.load(Path(path) / "data.pt", weights_only=False))
         state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
-        restore_rng_state(state["rng"])
+        restore_rng_state(state["rng"], self.platform)
         if self.kl_ctrl is not None and state.get("kl_coef") is not None:
             self.kl_ctrl.value = state["kl_coef"]
         self.global_steps = step
