@@ -134,7 +134,9 @@ def main() -> None:
         "",
         "## Per step",
         "",
-        "| step | score | pg_loss | entropy | grad_norm | resp len | " + " | ".join(k.split("/")[1] for k in stage_keys) + " |",
+        "| step | score | pg_loss | entropy | grad_norm | resp len | "
+        + " | ".join(k.split("/")[1] for k in stage_keys)
+        + " |",
         "|---" * (6 + len(stage_keys)) + "|",
     ]
     for r in steps:

@@ -187,7 +187,9 @@ class PPOTrainer:
             for key in PROMPT_KEYS:  # the rollout returns the full prompt+response versions
                 batch.batch.pop(key)
             batch = batch.union(gen_out)
-            batch.meta_info["temperature"] = cfg.actor_rollout_ref.rollout.temperature
+            # The temperature the rollout's log-probs used (K09): greedy decoding scores untempered logits.
+            rollout_cfg = cfg.actor_rollout_ref.rollout
+            batch.meta_info["temperature"] = rollout_cfg.temperature if rollout_cfg.do_sample else 1.0
             batch.meta_info.pop("timing", None)
             with marked_timer("reward", timing):
                 self._reward(batch, self.reward_fn, metrics)

@@ -277,7 +277,8 @@ class ReferenceTrainingEngine:
             micro = mb[rows]
             outputs = self.forward_micro_batch(micro.batch, temperature, calculate_entropy=True)
             loss, micro_metrics = loss_fn(micro, outputs, norm)
-            loss.backward()
+            if loss.requires_grad:  # a micro-batch of only empty responses has no graph: nothing to add (K08)
+                loss.backward()
             for key, value in micro_metrics.items():
                 summed[key] += float(value)
         for key, value in summed.items():
