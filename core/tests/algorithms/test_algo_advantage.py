@@ -397,3 +397,51 @@ def test_compute_advantage_on_a_real_dataproto():
     )
     out = compute_advantage(data, "grpo")
     np.testing.assert_allclose(out.batch["advantages"][:, -1].numpy(), [0.70711, -0.70711, 0, 0], atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------ integer rewards
+def _all_estimators(r, m, index):
+    """Every built-in estimator on the same (rewards, mask, index); GAE gets zero values, ReMax a zero baseline."""
+    zeros_v = torch.zeros(r.shape, dtype=torch.float32)
+    cfg = SimpleNamespace(gamma=1.0)
+    return {
+        "grpo": compute_grpo_outcome_advantage(r, m, index)[0],
+        "drgrpo": compute_grpo_outcome_advantage(r, m, index, norm_adv_by_std_in_grpo=False)[0],
+        "grpo_passk": compute_grpo_passk_outcome_advantage(r, m, index)[0],
+        "rloo": compute_rloo_outcome_advantage(r, m, index)[0],
+        "rpp_baseline": compute_reinforce_plus_plus_baseline_outcome_advantage(r, m, index)[0],
+        "opo": compute_opo_outcome_advantage(r, m, index)[0],
+        "gpg": compute_gpg_outcome_advantage(r, m, index)[0],
+        "gae": compute_gae_advantage_return(r, zeros_v, m, gamma=1.0, lam=1.0)[0],
+        "reinforce_plus_plus": compute_reinforce_plus_plus_outcome_advantage(r, m, config=cfg)[0],
+        "remax": compute_remax_outcome_advantage(r, torch.zeros(r.shape[0], dtype=torch.float32), m)[0],
+    }
+
+
+def test_integer_rewards_are_not_truncated_in_grpo():
+    # Scores 1 and 0 in one group: mean 0.5, sample std sqrt(0.5) -> ±0.5/(0.70711 + 1e-6) = ±0.70711;
+    # integer arithmetic would silently give 0.
+    adv, ret = compute_grpo_outcome_advantage(torch.tensor([[0, 1], [0, 0]]), torch.ones(2, 2), np.array(["a", "a"]))
+    assert adv.dtype == torch.float32 and ret.dtype == torch.float32
+    a = 0.5 / (np.sqrt(0.5) + 1e-6)
+    np.testing.assert_allclose(adv.numpy(), [[a, a], [-a, -a]], rtol=1e-6)
+    assert a == pytest.approx(0.70711, abs=1e-5)
+
+
+@pytest.mark.parametrize("int_dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_every_estimator_promotes_integer_rewards_to_float32(int_dtype):
+    # Two groups of 3 with 0/1 outcome rewards on the last valid token; one row of group b is shorter.
+    r = np.array([[0, 0, 1], [0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 0, 0], [0, 0, 0]])
+    m = np.array([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 1]])
+    index = np.array(["a", "a", "a", "b", "b", "b"], dtype=object)
+    mask = torch.tensor(m, dtype=torch.float32)
+    got = _all_estimators(torch.tensor(r).to(int_dtype), mask, index)
+    want = _all_estimators(torch.tensor(r, dtype=torch.float32), mask, index)
+    for name, adv in got.items():
+        assert adv.dtype == torch.float32, name
+        torch.testing.assert_close(adv, want[name], rtol=0, atol=0, msg=name)
+    # Independent spot check: GRPO group a scores [1, 0, 1] -> mean 2/3, std sqrt(1/3).
+    s = np.array([1.0, 0.0, 1.0])
+    expected = (s - s.mean()) / (s.std(ddof=1) + 1e-6)
+    np.testing.assert_allclose(got["grpo"][:3, 0].numpy(), expected, rtol=1e-6)
+    assert float(got["rloo"][0, 0]) == pytest.approx(1 - 0.5)  # 1 minus the mean of the others [0, 1]

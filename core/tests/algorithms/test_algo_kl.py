@@ -210,3 +210,37 @@ def test_k10_sgd_step_with_zero_advantage_moves_towards_reference(mode):
     with torch.no_grad():
         stepped = logits - 0.1 * logits.grad
     assert true_kl(stepped).item() < before
+
+
+# ------------------------------------------------------------------------------------------ non-finite padding
+@pytest.mark.parametrize("mode", KL_PENALTY_MODES)
+@pytest.mark.parametrize("bad", [float("-inf"), float("inf"), float("nan")])
+@pytest.mark.parametrize("where", ["ref", "logp"])
+def test_nonfinite_padded_slots_do_not_poison_gradients(mode, bad, where):
+    # Slot 1 is padding holding -inf/inf/NaN; the valid slot's gradient must be the usual one and the
+    # padded slot's gradient 0, both through agg_loss (torch.where) and through a plain mask multiply.
+    logp_v, ref_v = np.array([[-1.0, -2.0]]), np.array([[-1.5, -0.3]])
+    if where == "ref":
+        ref_v[0, 1] = bad
+    else:
+        logp_v[0, 1] = bad
+    mask = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    d = -1.0 - -1.5  # d = logp - ref on the valid slot
+    if mode.endswith("+") or mode.rstrip("+") in ("mse", "k2"):
+        want = d  # d/dlogp of ½d²
+    elif mode in ("kl", "k1", "abs"):
+        want = 1.0  # d > 0
+    else:
+        want = 1.0 - np.exp(-d)  # d/dlogp of e^{-d} + d - 1
+    for reduce in ("agg_loss", "multiply"):
+        logp = t(logp_v, grad=True)
+        kl = kl_penalty(logp, t(ref_v), mode)
+        # A plain multiply leaves a NaN *value* (inf * 0), which is the caller's business; the gradient
+        # reaching the padded slot is 0 and must stay 0, not 0 * inf.
+        loss = agg_loss(kl, mask, "token-sum") if reduce == "agg_loss" else (kl * mask).sum()
+        loss.backward()
+        assert torch.isfinite(logp.grad).all(), (reduce, logp.grad)
+        np.testing.assert_allclose(logp.grad.numpy(), [[want, 0.0]], rtol=1e-12, atol=0)
+    # Finite slots keep their exact values.
+    value = kl_penalty(t(logp_v), t(ref_v), mode)[0, 0].item()
+    assert value == pytest.approx(float(np_kl(np.array([-1.0]), np.array([-1.5]), mode.rstrip("+"))[0]))

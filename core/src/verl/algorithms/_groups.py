@@ -20,6 +20,17 @@ def check_2d(name: str, t: torch.Tensor, like: torch.Tensor | None = None) -> No
         raise ValueError(f"{name} shape {tuple(t.shape)} != token_level_rewards shape {tuple(like.shape)}")
 
 
+def float_rewards(token_level_rewards: torch.Tensor) -> torch.Tensor:
+    """Integer or bool rewards promoted to float32; floating rewards returned unchanged.
+
+    Advantages are fractional (e.g. ±0.7071 for scores [1, 0]), so computing them in an integer dtype
+    would silently truncate them to 0; every estimator therefore calls this first.
+    """
+    if token_level_rewards.is_floating_point() or token_level_rewards.is_complex():
+        return token_level_rewards
+    return token_level_rewards.to(torch.float32)
+
+
 def mask_f(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.to(dtype)
 

@@ -3,7 +3,9 @@
 Shapes: ``token_level_rewards``, ``response_mask``, ``values`` are (batch, response_len) float tensors
 (the mask may be bool/int/float 0-1); ``index`` is a length-batch array of hashable group ids (the
 ``uid`` column, numpy object/str/int array or list). Every estimator returns ``(advantages, returns)``,
-two (batch, response_len) tensors of the rewards' dtype, zero outside ``response_mask``. Nothing here
+two (batch, response_len) tensors of the rewards' dtype, zero outside ``response_mask``. Integer or bool
+rewards are promoted to float32 first (advantages are fractional; an integer dtype would truncate them
+to 0 silently), so their outputs are float32. Nothing here
 needs gradients; everything runs under ``torch.no_grad``.
 
 Rules shared by every group-baseline estimator (grpo, grpo_passk, rloo, reinforce_plus_plus_baseline,
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 
 from verl.algorithms._config import cfg_get
-from verl.algorithms._groups import Groups, broadcast, check_2d, mask_f, masked_scores, safe_ratio
+from verl.algorithms._groups import Groups, broadcast, check_2d, float_rewards, mask_f, masked_scores, safe_ratio
 from verl.algorithms.registry import register_adv_est
 from verl.algorithms.utils import masked_whiten
 
@@ -87,6 +89,7 @@ def compute_gae_advantage_return(
 
     Source: verl/trainer/ppo/core_algos.py:compute_gae_advantage_return.
     """
+    token_level_rewards = float_rewards(token_level_rewards)
     check_2d("token_level_rewards", token_level_rewards)
     check_2d("values", values, token_level_rewards)
     check_2d("response_mask", response_mask, token_level_rewards)
@@ -139,6 +142,7 @@ def compute_grpo_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_grpo_outcome_advantage.
     """
+    token_level_rewards = float_rewards(token_level_rewards)
     scores, valid = masked_scores(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     single = g.count == 1
@@ -174,6 +178,7 @@ def compute_grpo_passk_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_grpo_passk_outcome_advantage.
     """
+    token_level_rewards = float_rewards(token_level_rewards)
     scores, valid = masked_scores(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     if bool((g.size_all < 2).any()):
@@ -219,6 +224,7 @@ def compute_rloo_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_rloo_outcome_advantage.
     """
+    token_level_rewards = float_rewards(token_level_rewards)
     scores, valid = masked_scores(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     n = g.count
@@ -247,6 +253,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_reinforce_plus_plus_baseline_outcome_advantage.
     """
+    token_level_rewards = float_rewards(token_level_rewards)
     scores, valid = masked_scores(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     centred = torch.where(g.count > 1, scores - g.mean, scores)
@@ -276,6 +283,7 @@ def compute_opo_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_opo_outcome_advantage.
     """
+    token_level_rewards = float_rewards(token_level_rewards)
     scores, valid = masked_scores(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     length = mask_f(response_mask, torch.float64).sum(dim=-1)
@@ -310,6 +318,7 @@ def compute_gpg_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_gpg_outcome_advantage.
     """
+    token_level_rewards = float_rewards(token_level_rewards)
     if f_norm == 0:
         raise ValueError("gpg: f_norm must be nonzero")
     scores, valid = masked_scores(token_level_rewards, response_mask)
@@ -341,6 +350,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_reinforce_plus_plus_outcome_advantage.
     """
+    token_level_rewards = float_rewards(token_level_rewards)
     check_2d("token_level_rewards", token_level_rewards)
     check_2d("response_mask", response_mask, token_level_rewards)
     gamma = float(cfg_get(config, "gamma", 1.0))
@@ -379,6 +389,7 @@ def compute_remax_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_remax_outcome_advantage.
     """
+    token_level_rewards = float_rewards(token_level_rewards)
     check_2d("token_level_rewards", token_level_rewards)
     check_2d("response_mask", response_mask, token_level_rewards)
     if reward_baselines.shape != token_level_rewards.shape[:1]:

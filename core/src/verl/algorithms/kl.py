@@ -38,15 +38,16 @@ K3_LOG_RATIO_CLAMP = 20.0
 K3_VALUE_CLAMP = 10.0
 
 
-def _forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, mode: str) -> torch.Tensor:
+def _forward(diff: torch.Tensor, mode: str) -> torch.Tensor:
+    """Estimator value from d = logπ − logπ_ref (``mode`` without the ``+`` suffix)."""
     if mode in ("kl", "k1"):
-        return logprob - ref_logprob
+        return diff
     if mode == "abs":
-        return (logprob - ref_logprob).abs()
+        return diff.abs()
     if mode in ("mse", "k2"):
-        return 0.5 * (logprob - ref_logprob).square()
-    # low_var_kl / k3: exp(x) − x − 1 with x = log(π_ref/π); expm1 avoids cancellation for small x.
-    x = torch.clamp(ref_logprob - logprob, min=-K3_LOG_RATIO_CLAMP, max=K3_LOG_RATIO_CLAMP)
+        return 0.5 * diff.square()
+    # low_var_kl / k3: exp(x) − x − 1 with x = log(π_ref/π) = −d; expm1 avoids cancellation for small x.
+    x = torch.clamp(-diff, min=-K3_LOG_RATIO_CLAMP, max=K3_LOG_RATIO_CLAMP)
     return torch.clamp(torch.expm1(x) - x, min=-K3_VALUE_CLAMP, max=K3_VALUE_CLAMP)
 
 
@@ -62,6 +63,11 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
         ``mse+`` / ``k2+`` equal plain k2.
     Values and gradients are finite for any finite inputs (tested at |d| = 1000). Half-precision inputs are
     computed and returned in float32 so exp(20) cannot overflow.
+
+    Non-finite d (e.g. ``ref_logprob`` = −inf or NaN in padded slots): the value there is whatever the
+    formula gives (inf/NaN; callers mask it with ``torch.where``-based reductions such as ``agg_loss``), but
+    the gradient there is exactly 0 in every mode. Otherwise the upstream zero of a mask (``kl * mask`` or
+    ``masked_sum``) meets the k2 derivative d = inf and 0·inf = NaN poisons every gradient of the batch.
 
     Args:
         logprob, ref_logprob: (batch, response_len) log-probs of the sampled tokens.
@@ -82,10 +88,14 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
     if ref_logprob.dtype in (torch.float16, torch.bfloat16):
         ref_logprob = ref_logprob.float()
     base = mode.rstrip("+")
-    value = _forward(logprob, ref_logprob, base)
+    diff = logprob - ref_logprob
+    finite = torch.isfinite(diff)
+    # Differentiate only through finite slots: non-finite ones take a detached value (zero gradient).
+    safe = torch.where(finite, diff, torch.zeros_like(diff))
+    value = torch.where(finite, _forward(safe, base), _forward(diff.detach(), base))
     if not mode.endswith("+") or base in ("mse", "k2"):
         return value
-    k2 = 0.5 * (logprob - ref_logprob).square()
+    k2 = 0.5 * safe.square()
     return k2 - k2.detach() + value.detach()
 
 
