@@ -165,3 +165,59 @@ def test_property_never_raises_on_arbitrary_text(text):
         answer = extract_solution(text, method=method)
         assert answer is None or isinstance(answer, str)
         assert compute_score(text, "12", method=method) in (0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------------- whole numbers only
+@pytest.mark.parametrize(
+    ("response", "answer"),
+    [
+        ("#### 3/4", "3/4"),  # a fraction, never its numerator
+        ("#### -3/4", "-3/4"),
+        ("#### 1e3", "1e3"),  # an exponent is part of the number
+        ("#### 2.5E-1", "2.5E-1"),
+        ("#### 1,23", None),  # incomplete thousands group: no valid number, never "1"
+        ("#### 1,234,5", None),
+        ("#### 3/0", None),  # a zero denominator is no number
+        ("#### 1.5.3", None),
+        ("#### **42**", "42"),  # markdown bold
+        ("#### *42*", "42"),
+        ("#### __42__", "42"),
+        ("#### - 3", "-3"),  # a spaced sign after the marker
+        ("#### + 7", "7"),
+        ("#### 5 eggs", "5"),
+        ("#### 7.", "7"),
+    ],
+)
+def test_strict_reads_whole_numbers(response, answer):
+    assert extract_solution(response, "strict") == answer
+
+
+@pytest.mark.parametrize(
+    ("response", "truth", "expected"),
+    [
+        ("#### 3/4", "3", 0.0),  # the partial read "3" was a false positive
+        ("#### 3/4", "0.75", 1.0),  # 3/4 is compared as the exact rational 0.75
+        ("#### 3/4", "3/4", 1.0),
+        ("#### 6/8", "0.75", 1.0),
+        ("#### 1/3", "0.333", 0.0),  # exact: no rounding
+        ("#### -3/4", "-0.75", 1.0),
+        ("#### 1e3", "1", 0.0),  # the partial read "1" was a false positive
+        ("#### 1e3", "1000", 1.0),
+        ("#### 1e3", "1,000", 1.0),
+        ("#### 1,23", "1", 0.0),  # the partial read "1" was a false positive
+        ("#### 1,23", "123", 0.0),  # not a number either way
+        ("#### **42**", "42", 1.0),
+        ("#### - 3", "-3", 1.0),
+        ("#### - 3", "3", 0.0),
+        ("#### 1e999999", "0.5", 0.0),  # absurd magnitudes compare cheaply and unequal
+        ("#### 1/2", "1e999999", 0.0),
+    ],
+)
+def test_strict_number_boundary_scores(response, truth, expected):
+    assert compute_score(response, truth) == expected
+
+
+def test_flexible_keeps_a_spaced_minus_as_an_operator():
+    # In running text "5 - 3" is a subtraction: the last number is 3, not -3.
+    assert extract_solution("so x = 5 - 3", "flexible") == "3"
+    assert extract_solution("she ate 3/4 of it", "flexible") == "3/4"

@@ -180,3 +180,50 @@ def test_property_never_raises(text):
 def test_property_nested_braces_roundtrip(inner, depth):
     content = "{" * depth + inner + "}" * depth
     assert extract_boxed_answer(rf"prefix \boxed{{{content}}} suffix") == content
+
+
+# ---------------------------------------------------------------------------------------- signs (K14 for MATH)
+@pytest.mark.parametrize(
+    ("response", "truth", "expected"),
+    [
+        (r"\boxed{+3}", "3", 1.0),  # a leading plus is no sign change
+        ("\\boxed{\u22123}", "-3", 1.0),  # Unicode minus sign U+2212
+        ("\\boxed{\u22123}", "3", 0.0),
+        (r"\boxed{-0.5}", r"-\frac{1}{2}", 1.0),  # as 0.5 == \frac{1}{2}
+        (r"\boxed{-.5}", r"-\frac{1}{2}", 1.0),
+        (r"\boxed{0.5}", r"\frac{1}{2}", 1.0),
+        (r"\boxed{\frac{-1}{2}}", r"-\frac{1}{2}", 1.0),  # sign inside the numerator
+        (r"\boxed{\frac{1}{-2}}", r"-\frac{1}{2}", 1.0),  # ... or the denominator
+        (r"\boxed{-1/2}", r"-\frac{1}{2}", 1.0),
+        (r"\boxed{-\dfrac12}", r"\frac{-1}{2}", 1.0),
+        (r"\boxed{-\frac{-1}{2}}", r"\frac{1}{2}", 1.0),  # two minus signs cancel
+        (r"\boxed{+\frac{1}{2}}", "0.5", 1.0),
+        # a sign is never dropped: wrong-sign answers still score 0
+        (r"\boxed{-3}", "3", 0.0),
+        (r"\boxed{3}", "-3", 0.0),
+        (r"\boxed{-0.5}", r"\frac{1}{2}", 0.0),
+        (r"\boxed{\frac{-1}{2}}", r"\frac{1}{2}", 0.0),
+        (r"\boxed{-\frac{-1}{2}}", r"-\frac{1}{2}", 0.0),
+        (r"\boxed{\frac{1}{-2}}", "0.5", 0.0),
+    ],
+)
+def test_k14_signs_in_math_answers(response, truth, expected):
+    assert compute_score(response, truth) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("+3", "3"),
+        ("+ 3", "3"),
+        ("\u22127", "-7"),
+        ("-0.5", r"-\frac{1}{2}"),
+        (r"\frac{-3}{4}", r"-\frac{3}{4}"),
+        (r"-\frac{3}{-4}", r"\frac{3}{4}"),
+        ("-3/4", r"-\frac{3}{4}"),
+        ("+", "+"),  # nothing to sign: left alone
+        (r"\frac{-x}{2}+1", r"\frac{-x}{2}+1"),  # only a whole-answer fraction is rewritten
+    ],
+)
+def test_strip_string_signs(raw, expected):
+    assert strip_string(raw) == expected

@@ -2,12 +2,19 @@
 
 Differences from verl's string comparison, all deliberate (known-failures K14, K15):
 
-* answers and references are compared as **numbers** (``decimal.Decimal``), so ``"-3.0" == "-3"``,
+* answers and references are compared as **numbers** (``decimal.Decimal``; ``fractions.Fraction`` for ``a/b``), so ``"-3.0" == "-3"``,
   ``"29.00" == "29"`` and ``"1,234" == "1234"``; a non-numeric reference falls back to exact string comparison;
 * the sign is kept (``"-3"`` never matches ``"3"``), a leading ``"+"`` is accepted, and so is the Unicode minus;
 * ``"$"`` and thousands separators are accepted by the strict pattern and dropped;
 * a sentence-final period is not part of the number (``"42."`` -> ``42``);
-* a hyphen glued to a preceding word or digit (``"10-12"``) is a dash, not a minus sign.
+* a hyphen glued to a preceding word or digit (``"10-12"``) is a dash, not a minus sign;
+* a number is read whole or not at all: it may not be followed by a digit or by ``"."``, ``","`` or ``"/"``
+  plus a digit. So ``"#### 3/4"`` is the fraction 3/4 (compared exactly: it equals ``"0.75"``, never ``"3"``),
+  ``"#### 1e3"`` is 1000 (an exponent is part of the number), and ``"#### 1,23"`` (an incomplete thousands
+  group) is no valid number at all: strict finds no answer and scores 0;
+* the strict pattern also accepts markdown emphasis after the marker (``"#### **42**"`` -> ``42``) and spaces
+  between the sign and the digits (``"#### - 3"`` -> ``-3``); the flexible pattern keeps a sign only when it is
+  glued to the digits, since in running text ``"5 - 3"`` is a subtraction.
 
 Only the last 300 characters are searched, as in verl; an answer that straddles that boundary is read whole
 instead of being cut in two.
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
 __all__ = ["compute_score", "extract_solution", "METHODS"]
 
@@ -26,18 +34,33 @@ _SOLUTION_CLIP_CHARS = 300
 _MINUS_SIGNS = ("-", "\u2212")
 # An answer ("#### $1,234" or a number) straddling the clip boundary is kept whole if it starts this close to it.
 _CLIP_SLACK_CHARS = 64
+_MAX_FRACTION_EXPONENT = 1000
 
 # Thousands groups must be complete ("1,234" but not "1,23"), so "3, 4, 5" and "3,4" are separate numbers.
-_BODY = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?|\.\d+"
-# A sign counts only when it does not follow a word character or a dot ("10-12" is a range, "x-3" a difference).
-_NUMBER = (
-    r"(?:(?<![\w.])(?P<sign1>[+\-\u2212]))?"
-    r"(?:\$(?P<sign2>[+\-\u2212])?)?"
-    r"(?P<body>" + _BODY + r")"
-)
-_STRICT_RE = re.compile(r"####\s*" + _NUMBER)
-_FLEXIBLE_RE = re.compile(_NUMBER)
-_FULL_NUMBER_RE = re.compile(r"\s*" + _NUMBER + r"\s*\.?\s*")
+_INT = r"(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)"
+_EXP = r"(?:[eE][+\-]?\d+)?"
+# A fraction of plain integers ("3/4", denominator not 0), a decimal with optional exponent, or ".5".
+_BODY = r"\d+/0*[1-9]\d*|" + _INT + r"(?:\.\d+)?" + _EXP + r"|\.\d+" + _EXP
+# A number ends where no digit follows and no ".", "," or "/" followed by a digit: "3/4", "1,23" and "1.5"
+# are never read as a prefix "3", "1" or "1".
+_END = r"(?!\d|[.,/]\d)"
+
+
+def _number(sign_gap: str) -> str:
+    """Pattern of a signed number; ``sign_gap`` is what may separate the sign from the digits."""
+    # A sign counts only when it does not follow a word character or a dot ("10-12" is a range, "x-3" a difference).
+    return (
+        r"(?:(?<![\w.])(?P<sign1>[+\-\u2212])" + sign_gap + r")?"
+        r"(?:\$(?P<sign2>[+\-\u2212])?)?"
+        r"(?P<body>" + _BODY + r")" + _END
+    )
+
+
+# After "####": optional markdown emphasis ("#### **42**") and spaces between sign and digits ("#### - 3").
+_STRICT_RE = re.compile(r"####\s*(?:\*{1,2}|_{1,2})?\s*" + _number(r"\s*"))
+# In free text a spaced sign is an operator ("5 - 3"), so the flexible pattern wants it glued to the number.
+_FLEXIBLE_RE = re.compile(_number(""))
+_FULL_NUMBER_RE = re.compile(r"\s*" + _number(r"\s*") + r"\s*\.?\s*")
 
 
 def _last_match(pattern: re.Pattern, solution_str: str) -> re.Match | None:
@@ -61,12 +84,14 @@ def extract_solution(solution_str: str, method: str = "strict") -> str | None:
 
     Args:
         solution_str: decoded response text; only its last 300 characters are searched.
-        method: ``"strict"`` takes the number after the last ``"####"`` marker (optional spaces, sign and
-            ``"$"`` allowed: ``"#### -$1,234.50"``); ``"flexible"`` takes the last number anywhere in the text.
+        method: ``"strict"`` takes the number after the last ``"####"`` marker (optional spaces, ``**``/``__``
+            emphasis, sign and ``"$"`` allowed: ``"#### -$1,234.50"``, ``"#### **42**"``, ``"#### - 3"``);
+            ``"flexible"`` takes the last number anywhere in the text.
 
     Returns:
-        The answer as canonical number text (``"-"`` kept, ``"+"``, ``"$"`` and ``","`` dropped, digits unchanged:
-        ``"#### $1,234.00"`` -> ``"1234.00"``), or ``None`` when no answer is found.
+        The answer as canonical number text (``"-"`` kept, ``"+"``, ``"$"`` and ``","`` dropped, digits, ``"/"``
+        and exponents unchanged: ``"#### $1,234.00"`` -> ``"1234.00"``, ``"#### 3/4"`` -> ``"3/4"``,
+        ``"#### 1e3"`` -> ``"1e3"``), or ``None`` when no whole number is found (``"#### 1,23"``).
 
     Raises:
         ValueError: ``method`` is not ``"strict"`` or ``"flexible"``.
@@ -80,15 +105,31 @@ def extract_solution(solution_str: str, method: str = "strict") -> str | None:
     return None if last is None else _canonical(last)
 
 
-def _to_decimal(text: str) -> Decimal | None:
+def _to_decimal(text: str) -> Decimal | Fraction | None:
     match = _FULL_NUMBER_RE.fullmatch(text)
     if match is not None:
-        return Decimal(_canonical(match))
-    try:  # references such as "1e3" that the answer pattern does not cover
+        return _value(_canonical(match))
+    try:  # references such as "7.2e1 " or "1E3" that the answer pattern does not cover
         value = Decimal(text.strip())
     except InvalidOperation:
         return None
     return value if value.is_finite() else None
+
+
+def _value(canonical: str) -> Decimal | Fraction:
+    """Exact value of canonical number text: ``Fraction`` for "a/b", ``Decimal`` otherwise."""
+    return Fraction(canonical) if "/" in canonical else Decimal(canonical)
+
+
+def _equal(a: Decimal | Fraction, b: Decimal | Fraction) -> bool:
+    if isinstance(a, Decimal) and isinstance(b, Decimal):
+        return a == b
+    # A fraction against a decimal: exact rational comparison; Fraction(Decimal) is exact but expands the
+    # exponent, so absurd magnitudes (no GSM8K answer) are simply unequal instead of a huge integer.
+    for value in (a, b):
+        if isinstance(value, Decimal) and abs(value.adjusted()) > _MAX_FRACTION_EXPONENT:
+            return False
+    return Fraction(a) == Fraction(b)
 
 
 def _answers_match(answer: str, ground_truth: object) -> bool:
@@ -96,7 +137,7 @@ def _answers_match(answer: str, ground_truth: object) -> bool:
     expected = _to_decimal(reference)
     if expected is None:
         return answer == reference
-    return Decimal(answer) == expected
+    return _equal(_value(answer), expected)
 
 
 def compute_score(

@@ -14,6 +14,11 @@ Additions to verl's ``strip_string`` (each can only make two different spellings
 ``\displaystyle`` and thin spaces (``\,`` ``\;`` ``\:``) are dropped, a plain ``$`` or trailing ``%`` is dropped,
 trailing sentence periods are dropped, units are only stripped when something precedes them, and plain decimals
 are compared numerically in :func:`is_equiv` (``"5.0"`` == ``"5"``). An empty answer never matches.
+
+Signs (the K14 rules of the GSM8K scorer, applied to LaTeX answers): a leading ``+`` is dropped (``+3`` == ``3``),
+the Unicode minus is a minus (``−3`` == ``-3``), ``-0.5`` becomes ``-\frac{1}{2}`` as ``0.5`` becomes
+``\frac{1}{2}``, and a minus inside a whole fraction moves in front (``\frac{-1}{2}`` == ``-\frac{1}{2}`` ==
+``-1/2``). A sign is never dropped or added: ``-3`` never equals ``3``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = [
 # "\boxed" / "\fbox" as whole commands ("\boxedx" is some other macro).
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BRACE_FORM_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_WHOLE_FRAC_RE = re.compile(r"(?P<sign>-?)\\frac\{(?P<num>[^{}]+)\}\{(?P<den>[^{}]+)\}")
 _PLAIN_DECIMAL_RE = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)")
 
 
@@ -135,6 +141,23 @@ def _fix_a_slash_b(string: str) -> str:
     return "\\frac{" + str(a) + "}{" + str(b) + "}"
 
 
+def _fix_frac_sign(string: str) -> str:
+    r"""Move the signs of a whole-answer fraction in front: ``\frac{-1}{2}``, ``\frac{1}{-2}`` -> ``-\frac{1}{2}``.
+
+    Only a string that is exactly one (optionally negated) ``\frac{a}{b}`` with brace-free parts is touched;
+    two minus signs cancel (``-\frac{-1}{2}`` -> ``\frac{1}{2}``).
+    """
+    match = _WHOLE_FRAC_RE.fullmatch(string)
+    if match is None:
+        return string
+    num, den = match.group("num"), match.group("den")
+    negative = (match.group("sign") == "-") ^ num.startswith("-") ^ den.startswith("-")
+    num, den = num.removeprefix("-"), den.removeprefix("-")
+    if not num or not den:
+        return string
+    return ("-" if negative else "") + "\\frac{" + num + "}{" + den + "}"
+
+
 def _remove_right_units(string: str) -> str:
     r"""``"5\text{ cm}"`` -> ``"5"``; a text answer with nothing before it (``"\text{ Monday}"``) is kept."""
     for marker in ("\\text{ ", "\\mbox{ "):
@@ -164,10 +187,13 @@ def strip_string(string: str) -> str:
 
     Steps: drop line breaks, ``\!``, ``\displaystyle``, thin spaces; ``\\`` -> ``\``; ``tfrac``/``dfrac`` ->
     ``frac``; drop ``\left``/``\right``, degree marks, dollar signs, trailing units, percent signs and trailing
-    periods; ``.5`` -> ``0.5``; drop a short ``"k = "`` prefix; ``\sqrt3`` -> ``\sqrt{3}``; remove spaces;
-    ``\frac12`` -> ``\frac{1}{2}``; ``0.5`` -> ``\frac{1}{2}``; ``a/b`` -> ``\frac{a}{b}``. Never raises.
+    periods; ``.5`` -> ``0.5`` (``-.5`` -> ``-0.5``); drop a short ``"k = "`` prefix; ``\sqrt3`` -> ``\sqrt{3}``; remove spaces;
+    drop a leading ``+``; ``\frac12`` -> ``\frac{1}{2}``; ``±0.5`` -> ``±\frac{1}{2}``; ``a/b`` ->
+    ``\frac{a}{b}``; the signs of a whole fraction go in front (``\frac{-1}{2}`` -> ``-\frac{1}{2}``). The
+    Unicode minus (U+2212) is read as ``-``. Never raises.
     """
     string = str(string).replace("\n", "").replace("\\!", "")
+    string = string.replace("\u2212", "-")  # Unicode minus sign
     string = string.replace("\\displaystyle", "")
     for thin_space in ("\\,", "\\;", "\\:"):
         string = string.replace(thin_space, "")
@@ -186,15 +212,19 @@ def strip_string(string: str) -> str:
         return string
     if string[0] == ".":
         string = "0" + string
+    elif string.startswith(("-.", "+.")):
+        string = string[0] + "0" + string[1:]
     parts = string.split("=")
     if len(parts) == 2 and len(parts[0]) <= 2:
         string = parts[1]
     string = _fix_sqrt(string)
     string = string.replace(" ", "")
+    if len(string) > 1 and string[0] == "+":  # "+3" is 3
+        string = string[1:]
     string = _fix_fracs(string)
-    if string == "0.5":
-        string = "\\frac{1}{2}"
-    return _fix_a_slash_b(string)
+    if string in ("0.5", "-0.5"):
+        string = string[:-3] + "\\frac{1}{2}"
+    return _fix_frac_sign(_fix_a_slash_b(string))
 
 
 def is_equiv(str1: str | None, str2: str | None) -> bool:
