@@ -187,8 +187,8 @@ def strip_string(string: str) -> str:
 
     Steps: drop line breaks, ``\!``, ``\displaystyle``, thin spaces; ``\\`` -> ``\``; ``tfrac``/``dfrac`` ->
     ``frac``; drop ``\left``/``\right``, degree marks, dollar signs, trailing units, percent signs and trailing
-    periods; ``.5`` -> ``0.5`` (``-.5`` -> ``-0.5``); drop a short ``"k = "`` prefix; ``\sqrt3`` -> ``\sqrt{3}``; remove spaces;
-    drop a leading ``+``; ``\frac12`` -> ``\frac{1}{2}``; ``±0.5`` -> ``±\frac{1}{2}``; ``a/b`` ->
+    periods; ``.5`` -> ``0.5`` (``-.5`` -> ``-0.5``); drop a short ``"k = "`` prefix; ``\sqrt3`` -> ``\sqrt{3}``;
+    remove spaces; drop a leading ``+``; ``\frac12`` -> ``\frac{1}{2}``; ``±0.5`` -> ``±\frac{1}{2}``; ``a/b`` ->
     ``\frac{a}{b}``; the signs of a whole fraction go in front (``\frac{-1}{2}`` -> ``-\frac{1}{2}``). The
     Unicode minus (U+2212) is read as ``-``. Never raises.
     """
