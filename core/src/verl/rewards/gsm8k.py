@@ -3,7 +3,8 @@
 Differences from verl's string comparison, all deliberate (known-failures K14, K15):
 
 * answers and references are compared as **numbers** (``decimal.Decimal``; ``fractions.Fraction`` for ``a/b``),
-  so ``"-3.0" == "-3"``, ``"29.00" == "29"`` and ``"1,234" == "1234"``; a non-numeric reference falls back to exact string comparison;
+  so ``"-3.0" == "-3"``, ``"29.00" == "29"`` and ``"1,234" == "1234"``; a non-numeric reference falls back to
+  exact string comparison;
 * the sign is kept (``"-3"`` never matches ``"3"``), a leading ``"+"`` is accepted, and so is the Unicode minus;
 * ``"$"`` and thousands separators are accepted by the strict pattern and dropped;
 * a sentence-final period is not part of the number (``"42."`` -> ``42``);
