@@ -19,6 +19,7 @@ Follows ``verl/workers/engine/fsdp/transformer_impl.py`` and
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from collections import defaultdict
@@ -109,6 +110,7 @@ class ReferenceTrainingEngine:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {settings.dtype!r}")
         self.model = self._load(model, _DTYPES[settings.dtype]).to(self.device)
         self.model.config.use_cache = False
+        self._logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.trainable = optim is not None
         if settings.gradient_checkpointing and self.trainable:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -169,10 +171,15 @@ class ReferenceTrainingEngine:
             if calculate_entropy:
                 out["entropys"] = pad.clone()
             return out
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
         # The logit at position p scores token p+1, so the response slice starts one column early.
+        # Only those kept + 1 positions go through the LM head: with a 49k vocabulary the head costs
+        # about as much as the rest of a small model, so skipping the prompt positions matters.
+        extra = {"logits_to_keep": kept + 1} if self._logits_to_keep else {}
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **extra
+        ).logits
         seq = input_ids.shape[1]
-        logits = logits[:, seq - kept - 1 : seq - 1, :].float() / temperature
+        logits = logits[:, -kept - 1 : -1, :].float() / temperature
         logp_all = torch.log_softmax(logits, dim=-1)
         log_probs = torch.gather(logp_all, -1, responses[:, :kept].unsqueeze(-1)).squeeze(-1)
         # Padding slots hold 0 (not the pad token's log-prob) so no consumer can pick them up by mistake.
