@@ -266,6 +266,7 @@ class PPOTrainer:
 
         if self.val_dataloader is None:
             return {}
+        logger.info("validation at step %d: %d prompts", self.global_steps, len(self.val_dataset))
         records: dict[str, list[Any]] = {
             "data_source": [],
             "score": [],
