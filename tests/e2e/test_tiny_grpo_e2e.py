@@ -178,3 +178,73 @@ def test_missing_model_path_is_a_clear_error(workspace, capsys):
     assert verl_main(args) == 2
     err = capsys.readouterr().err
     assert "/nonexistent/model" in err and "does not exist" in err
+
+
+# ------------------------------------------------------------------------------------ K22a: KL routing
+def _run_recording_engines(argv: list[str]) -> list[str]:
+    """Run `verl train`; return the kind of every training engine built: "trainable" or "forward-only" (ref)."""
+    from verl.engines.reference.training import ReferenceTrainingEngine
+
+    built: list[str] = []
+    real_init = ReferenceTrainingEngine.__init__
+
+    def recording_init(self, model, settings, *, optim=None, **kw):
+        built.append("forward-only" if optim is None else "trainable")
+        real_init(self, model, settings, optim=optim, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ReferenceTrainingEngine, "__init__", recording_init)
+        assert verl_main(argv) == 0
+    return built
+
+
+def _one_step(ws: dict[str, Path], name: str, *overrides: str) -> tuple[dict, list[str]]:
+    run_dir = ws["root"] / name
+    args = _args(ws, run_dir, "trainer.total_training_steps=1", *overrides)
+    args += ["trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1"]
+    built = _run_recording_engines(args)
+    (row,) = _metrics(run_dir)
+    return row, built
+
+
+def test_k22a_no_kl_means_no_reference_pass_and_no_reference_engine(workspace):
+    row, built = _one_step(
+        workspace, "kl_off", "actor_rollout_ref.actor.use_kl_loss=false", "algorithm.use_kl_in_reward=false"
+    )
+    assert built == ["trainable"]  # the actor only: no reference model was loaded
+    assert "timing_s/ref" not in row
+    # No KL-to-reference metric at all (actor/ppo_kl is old-vs-new policy, not the reference).
+    ref_kl = [k for k in row if k.startswith(("actor/kl_", "actor/reward_kl_"))]
+    assert ref_kl == []
+    # KL in the reward is never switched on implicitly: rewards are the scores
+    assert row["critic/rewards/mean"] == pytest.approx(row["critic/score/mean"], abs=1e-12)
+
+
+def test_k22a_default_run_has_no_reference_pass(full_run):
+    # The three-step run above uses the shipped defaults: both KL switches off, so no "ref" stage ran.
+    import yaml
+
+    cfg = yaml.safe_load((full_run / "config.yaml").read_text())
+    assert cfg["actor_rollout_ref"]["actor"]["use_kl_loss"] is False
+    assert cfg["algorithm"]["use_kl_in_reward"] is False
+    for row in (r for r in _metrics(full_run) if r["step"] > 0):
+        assert "timing_s/ref" not in row
+        assert "actor/kl_loss" not in row and "actor/reward_kl_penalty" not in row
+
+
+def test_k22_kl_loss_runs_the_reference_policy(workspace):
+    row, built = _one_step(workspace, "kl_loss", "actor_rollout_ref.actor.use_kl_loss=true")
+    assert sorted(built) == ["forward-only", "trainable"]
+    assert "timing_s/ref" in row and math.isfinite(row["timing_s/ref"])
+    assert math.isfinite(row["actor/kl_loss"])
+    assert "actor/reward_kl_penalty" not in row  # the KL loss does not also go into the reward
+    assert row["critic/rewards/mean"] == pytest.approx(row["critic/score/mean"], abs=1e-12)
+
+
+def test_k22_kl_in_reward_logs_the_penalty(workspace):
+    row, built = _one_step(workspace, "kl_reward", "algorithm.use_kl_in_reward=true")
+    assert sorted(built) == ["forward-only", "trainable"]
+    assert "timing_s/ref" in row
+    assert math.isfinite(row["actor/reward_kl_penalty"])
+    assert math.isfinite(row["actor/reward_kl_penalty_coeff"])
+    assert "actor/kl_loss" not in row  # and not into the loss
