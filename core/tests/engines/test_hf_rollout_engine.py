@@ -264,3 +264,14 @@ def test_bad_prompts_are_rejected(engine, tok):
     too_long = encode(tok, PROMPTS[:1], {"response_length": 5000})
     with pytest.raises(ValueError, match="max_position_embeddings"):
         engine.generate(too_long)
+
+
+def test_empty_batch_gives_empty_output(engine):
+    empty = DataProto.from_dict(
+        tensors={
+            "input_ids": torch.zeros(0, 5, dtype=torch.long),
+            "attention_mask": torch.zeros(0, 5, dtype=torch.long),
+        }
+    )
+    out = engine.generate(empty).batch
+    assert tuple(out["responses"].shape) == (0, RESP) and tuple(out["input_ids"].shape) == (0, 5 + RESP)

@@ -144,6 +144,8 @@ class HFRolloutEngine:
         the EOS token kept valid, K06), and ``rollout_log_probs`` ``(bs, resp_len)`` float32 when
         ``config.calculate_log_probs``: ``log_softmax(logits / T)`` at the chosen token (T = 1 when greedy,
         K09), 0 on padding. ``meta_info["timing"]["generate_sequences"]`` holds the wall time in seconds.
+        The input's ``non_tensor_batch`` and other ``meta_info`` are not copied: the trainer unions the
+        output with its own batch, as in verl.
 
         Raises:
             KeyError: ``input_ids`` / ``attention_mask`` missing.
@@ -182,7 +184,7 @@ class HFRolloutEngine:
                     params,
                     resp_len,
                 )
-                for i in range(0, input_ids.shape[0], chunk)
+                for i in range(0, max(input_ids.shape[0], 1), chunk)  # one (empty) chunk for an empty batch
             ]
         finally:
             self.model.train(was_training)
