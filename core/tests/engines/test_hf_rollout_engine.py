@@ -275,3 +275,12 @@ def test_empty_batch_gives_empty_output(engine):
     )
     out = engine.generate(empty).batch
     assert tuple(out["responses"].shape) == (0, RESP) and tuple(out["input_ids"].shape) == (0, 5 + RESP)
+
+
+def test_per_call_seed_in_meta_info_reseeds_the_sampler(model_dir, tok):
+    a = HFRolloutEngine(model_dir, tok, make_cfg(seed=1))
+    b = HFRolloutEngine(model_dir, tok, make_cfg(seed=2))
+    b.generate(encode(tok, PROMPTS))  # b's generator has advanced; the per-call seed must override that
+    ra = a.generate(encode(tok, PROMPTS, {"seed": 123})).batch["responses"]
+    rb = b.generate(encode(tok, PROMPTS, {"seed": 123})).batch["responses"]
+    assert torch.equal(ra, rb)
