@@ -38,7 +38,8 @@ class PPOTrainer:
 
     Args:
         config: resolved :class:`verl.config.RootConfig`.
-        run_dir: where ``config.yaml``, ``metrics.jsonl`` and (by default) checkpoints go.
+        run_dir: where ``metrics.jsonl`` (and, from ``verl train``, ``config.yaml`` and ``final_hf/``) go;
+            checkpoints go to ``trainer.default_local_dir``.
 
     Call :meth:`init` then :meth:`fit`.
     """
@@ -49,6 +50,16 @@ class PPOTrainer:
                 f"algorithm.adv_estimator={config.algorithm.adv_estimator!r} (or critic.enable=true) needs a critic, "
                 "which this trainer does not run yet; use a critic-free estimator: algorithm.adv_estimator="
                 "grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg | grpo_passk"
+            )
+        if config.reward_model.enable:
+            raise ValueError(
+                "reward_model.enable=true (a learned reward model) is not supported by this trainer yet; "
+                "use rule rewards (default_compute_score) or custom_reward_function.path"
+            )
+        if config.trainer.controller != "local":
+            raise ValueError(
+                f"trainer.controller={config.trainer.controller!r} is not available in this build; use 'local' "
+                "(in-process workers, world size 1)"
             )
         self.config = config
         self.run_dir = Path(run_dir)
@@ -95,11 +106,6 @@ class PPOTrainer:
             )
         self.steps_per_epoch = steps_per_epoch
         self.total_training_steps = cfg.trainer.total_training_steps or steps_per_epoch * cfg.trainer.total_epochs
-        if cfg.trainer.controller != "local":
-            raise ValueError(
-                f"trainer.controller={cfg.trainer.controller!r} is not available in this build; use 'local' "
-                "(in-process, world size 1)"
-            )
         self.actor_rollout_wg = LocalWorkerGroup(ClassWithInitArgs(ActorRolloutRefWorker, cfg, "actor_rollout_ref"))
         self.actor_rollout_wg.init_model(self.total_training_steps)
         self.use_reference_policy = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward

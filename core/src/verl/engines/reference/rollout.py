@@ -20,21 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from verl.engines.dtypes import resolve_dtype
 from verl.engines.reference.postprocess import build_rollout_batch, compute_position_ids
 from verl.engines.reference.sampling import SamplingParams, resolve_sampling_params, select_next_tokens
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
-
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-}
 
 
 class UnknownWeightError(KeyError):
@@ -47,22 +38,6 @@ class UnknownWeightError(KeyError):
 def _cfg(config: Any, name: str, default: Any) -> Any:
     value = getattr(config, name, default)
     return default if value is None else value
-
-
-def resolve_dtype(value: Any, device: torch.device) -> torch.dtype:
-    """Map ``rollout.dtype`` to a torch dtype; ``None``/``"auto"`` -> float32 on CPU, bfloat16 elsewhere.
-
-    Raises:
-        ValueError: unknown dtype name (lists the accepted names).
-    """
-    if isinstance(value, torch.dtype):
-        return value
-    if value is None or str(value).lower() == "auto":
-        return torch.float32 if device.type == "cpu" else torch.bfloat16
-    try:
-        return _DTYPES[str(value).lower()]
-    except KeyError:
-        raise ValueError(f"rollout.dtype={value!r} is not one of {sorted(_DTYPES)} or 'auto'") from None
 
 
 def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
@@ -87,8 +62,8 @@ class HFRolloutEngine:
             ``top_p`` (1.0), ``top_k`` (-1), ``do_sample`` (True), ``response_length`` (512),
             ``calculate_log_probs`` (False), ``val_kwargs`` (greedy), ``dtype`` ("auto": float32 on CPU,
             bfloat16 on accelerators), ``max_num_seqs`` (rows decoded together, 1024), ``seed`` (0).
-        device: torch device for a model loaded from a path; default the live model's device, else CUDA when
-            available, else CPU.
+        device: torch device for a model loaded from a path; default the live model's device, else the
+            resolved platform's device (:func:`verl.platform.current_platform`).
 
     Sampling is seeded: one ``torch.Generator`` seeded with ``config.seed`` lives as long as the engine,
     so an identical sequence of calls reproduces identical samples.
@@ -109,9 +84,11 @@ class HFRolloutEngine:
 
             path = resolve_model_path(os.fspath(model_path_or_model))
             if device is None:
-                device = "cuda" if torch.cuda.is_available() else "cpu"
+                from verl.platform import current_platform
+
+                device = current_platform().torch_device()
             self.device = torch.device(device)
-            dtype = resolve_dtype(_cfg(config, "dtype", None), self.device)
+            dtype = resolve_dtype(_cfg(config, "dtype", None), self.device, field="rollout.dtype")
             self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
             self.owns_model = True
             if tokenizer is None:

@@ -30,19 +30,11 @@ import attrs
 import torch
 
 from verl.algorithms.loss_agg import compute_global_batch_info
+from verl.engines.dtypes import resolve_dtype
 from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budget_plan, trim_padding
 from verl.engines.optim import build_lr_scheduler, build_optimizer
 
 logger = logging.getLogger(__name__)
-
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-}
 
 
 @attrs.frozen(kw_only=True)
@@ -106,9 +98,10 @@ class ReferenceTrainingEngine:
     ) -> None:
         self.settings = settings
         self.device = torch.device(device)
-        if settings.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {settings.dtype!r}")
-        self.model = self._load(model, _DTYPES[settings.dtype]).to(self.device)
+        dtype = resolve_dtype(
+            settings.dtype, self.device, field="actor_rollout_ref.actor.engine_kwargs.reference.dtype"
+        )
+        self.model = self._load(model, dtype).to(self.device)
         self.model.config.use_cache = False
         self._logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.trainable = optim is not None
