@@ -130,6 +130,22 @@ def main() -> None:
     val_keys = sorted({k for r in vals for k in r if k.startswith("val-core/")})
     for r in vals:
         lines.append(f"| {r['step']} | " + " | ".join(f"{r.get(k, float('nan')):.4f}" for k in val_keys) + " |")
+    val_dir = args.run_dir / "validation"
+    if val_dir.is_dir():
+        lines += [
+            "",
+            "From the greedy validation dumps (`validation/<step>.jsonl`): exact answers (score 1) and answers",
+            "in the asked `#### <number>` format (score > 0; the metric above gives 0.1 for a formatted wrong answer).",
+            "",
+            "| step | exact-answer accuracy | formatted answers | mean response chars |",
+            "|---|---|---|---|",
+        ]
+        for path in sorted(val_dir.glob("*.jsonl"), key=lambda p: int(p.stem)):
+            rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+            exact = sum(r["score"] >= 1.0 for r in rows) / len(rows)
+            formatted = sum(r["score"] > 0 for r in rows) / len(rows)
+            chars = sum(len(r["output"]) for r in rows) / len(rows)
+            lines.append(f"| {path.stem} | {exact:.3f} ({len(rows)} prompts) | {formatted:.3f} | {chars:.0f} |")
     lines += [
         "",
         "## Per step",
