@@ -209,10 +209,8 @@ def test_collate_to_dicts(tmp_path: Path, tok) -> None:
 
 
 def test_collate_fn_builds_dataproto(tmp_path: Path, tok) -> None:
-    try:
-        from verl.protocol import DataProto
-    except ImportError as exc:  # verl.protocol is developed alongside; skip until it lands
-        pytest.skip(f"verl.protocol.DataProto not importable: {exc}")
+    from verl.protocol import DataProto
+
     ds = RLHFDataset(_parquet(tmp_path / "d.parquet", [_row("ab", 0), _row("cde", 1)]), tok, _cfg(max_prompt_length=24))
     batch = collate_fn([ds[0], ds[1]])
     assert isinstance(batch, DataProto) and len(batch) == 2
