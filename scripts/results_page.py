@@ -1,5 +1,6 @@
 """Turn a `verl train` run directory into a results page: score curve PNG, per-step table, learning test.
 
+    pip install matplotlib   # for the PNG
     python scripts/results_page.py RUN_DIR OUT_MD [--title TITLE] [--command "verl train ..."]
 
 Reads ``RUN_DIR/metrics.jsonl`` (per-step metrics, validation rows) and, when the run set
@@ -151,7 +152,7 @@ def main() -> None:
         "## Per step",
         "",
         "| step | score | pg_loss | entropy | grad_norm | resp len | "
-        + " | ".join(k.split("/")[1] for k in stage_keys)
+        + " | ".join(k.split("/")[1] + "_s" for k in stage_keys)
         + " |",
         "|---" * (6 + len(stage_keys)) + "|",
     ]

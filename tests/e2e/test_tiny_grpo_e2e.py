@@ -248,3 +248,11 @@ def test_k22_kl_in_reward_logs_the_penalty(workspace):
     assert math.isfinite(row["actor/reward_kl_penalty"])
     assert math.isfinite(row["actor/reward_kl_penalty_coeff"])
     assert "actor/kl_loss" not in row  # and not into the loss
+
+
+def test_unavailable_device_is_a_clear_error_before_loading(workspace, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present, so trainer.device=cuda is valid here")
+    assert verl_main(_args(workspace, workspace["root"] / "nocuda", "trainer.device=cuda")) == 2
+    err = capsys.readouterr().err
+    assert "cuda" in err and "not available" in err and "Traceback" not in err

@@ -61,6 +61,10 @@ class PPOTrainer:
                 f"trainer.controller={config.trainer.controller!r} is not available in this build; use 'local' "
                 "(in-process workers, world size 1)"
             )
+        from verl.platform import resolve_platform
+
+        # An unavailable or unknown trainer.device fails here, before data or models are loaded.
+        self.platform = resolve_platform(config.trainer.device)
         self.config = config
         self.run_dir = Path(run_dir)
         self.global_steps = 0
@@ -77,7 +81,6 @@ class PPOTrainer:
         from verl.data.dataset import RLHFDataset
         from verl.data.sampler import create_dataloader
         from verl.models import load_tokenizer, resolve_model_path
-        from verl.platform import resolve_platform
         from verl.trainer.checkpoint import CheckpointManager
         from verl.trainer.tracking import Tracking
         from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
@@ -116,7 +119,6 @@ class PPOTrainer:
         self.checkpoints = CheckpointManager(
             cfg.trainer.default_local_dir, max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep
         )
-        self.platform = resolve_platform(cfg.trainer.device)
         self.tracking = Tracking(
             project_name=cfg.trainer.project_name,
             experiment_name=cfg.trainer.experiment_name,

@@ -332,8 +332,15 @@ class ReferenceTrainingEngine:
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
     def save_hf(self, path: Any, tokenizer: Any = None) -> None:
-        """Write the current weights (and ``tokenizer``) as a HF folder for ``from_pretrained``."""
-        self.model.save_pretrained(str(path))
+        """Write the current weights (and ``tokenizer``) as a HF folder for ``from_pretrained``.
+
+        The exported config has ``use_cache: true`` (the engine turns the KV cache off for training).
+        """
+        self.model.config.use_cache = True
+        try:
+            self.model.save_pretrained(str(path))
+        finally:
+            self.model.config.use_cache = False
         if tokenizer is not None:
             tokenizer.save_pretrained(str(path))
 
