@@ -41,6 +41,21 @@ def _ensure_gsm8k(files: list[str]) -> None:
         prepare_gsm8k(default)
 
 
+def _already_finished(cfg) -> bool:
+    """With a fixed step count and ``resume_mode=auto``, a finished run is known from the tracker
+    file alone: say so without loading data, model or checkpoint."""
+    total = cfg.trainer.total_training_steps
+    if not total or cfg.trainer.resume_mode != "auto":
+        return False
+    from verl.trainer.checkpoint import CheckpointManager
+
+    latest = CheckpointManager(cfg.trainer.default_local_dir).latest()
+    if latest is None or latest[0] < total:
+        return False
+    print(f"verl train: already finished ({latest[0]}/{total} steps in {latest[1]}); nothing to do")
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     """Load and validate the config, then train; exit 2 on a config error, 1 on a run error."""
     import attrs
@@ -63,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or Path("runs") / cfg.trainer.project_name / cfg.trainer.experiment_name)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_resolved_config(cfg, run_dir)
+
+    if _already_finished(cfg):
+        return 0
 
     from verl.trainer.ppo_trainer import PPOTrainer
 
