@@ -256,3 +256,20 @@ def test_unavailable_device_is_a_clear_error_before_loading(workspace, capsys):
     assert verl_main(_args(workspace, workspace["root"] / "nocuda", "trainer.device=cuda")) == 2
     err = capsys.readouterr().err
     assert "cuda" in err and "not available" in err and "Traceback" not in err
+
+
+def test_rollout_that_reorders_rows_is_caught_k13(workspace, monkeypatch, capsys):
+    from verl.engines.reference.rollout import HFRolloutEngine
+
+    real_generate = HFRolloutEngine.generate
+
+    def reversed_generate(self, prompts):
+        out = real_generate(self, prompts)
+        return out[list(range(len(out) - 1, -1, -1))]  # a buggy backend that returns rows reversed
+
+    monkeypatch.setattr(HFRolloutEngine, "generate", reversed_generate)
+    args = _args(workspace, workspace["root"] / "reordered", "trainer.total_training_steps=1")
+    args += ["trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1"]
+    with pytest.raises(Exception, match="different order than its prompts") as info:
+        verl_main(args)
+    assert "row 0" in str(info.value) or "row 0" in str(info.value.__cause__)

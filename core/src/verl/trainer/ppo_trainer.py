@@ -166,6 +166,30 @@ class PPOTrainer:
         )
         return gen, n
 
+    @staticmethod
+    def _join_rollout(batch: Any, gen_out: Any, n: int) -> Any:
+        """``batch.repeat(n, interleave=True)`` joined with the rollout output, row by row (K13).
+
+        The rollout returns full prompt+response versions of the prompt keys, which replace the
+        batch's. Its ``prompts`` must be the repeated prompts in the same row order: a backend that
+        reordered rows would silently grade responses against another prompt's answer.
+
+        Raises:
+            RuntimeError: the rollout output's rows do not follow the prompts' order.
+        """
+        batch = batch.repeat(repeat_times=n, interleave=True)
+        sent = batch.batch["input_ids"]
+        returned = gen_out.batch["prompts"] if "prompts" in gen_out.batch.keys() else None
+        if returned is not None and returned.shape == sent.shape and not torch.equal(returned.cpu(), sent.cpu()):
+            bad = int((returned.cpu() != sent.cpu()).any(-1).nonzero()[0])
+            raise RuntimeError(
+                f"the rollout engine returned rows in a different order than its prompts (first mismatch at row "
+                f"{bad}); rollout engines must keep row i's response with prompt row i"
+            )
+        for key in PROMPT_KEYS:
+            batch.batch.pop(key)
+        return batch.union(gen_out)
+
     def _reward(self, batch: Any, reward_fn: Any, metrics: dict[str, Any]) -> None:
         result = reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = result["reward_tensor"]
@@ -191,10 +215,7 @@ class PPOTrainer:
             if cfg.algorithm.adv_estimator == "remax":
                 with marked_timer("gen_max", timing):
                     baselines = self._greedy_baseline(batch)
-            batch = batch.repeat(repeat_times=n, interleave=True)
-            for key in PROMPT_KEYS:  # the rollout returns the full prompt+response versions
-                batch.batch.pop(key)
-            batch = batch.union(gen_out)
+            batch = self._join_rollout(batch, gen_out, n)
             # The temperature the rollout's log-probs used (K09): greedy decoding scores untempered logits.
             rollout_cfg = cfg.actor_rollout_ref.rollout
             batch.meta_info["temperature"] = rollout_cfg.temperature if rollout_cfg.do_sample else 1.0
@@ -288,10 +309,7 @@ class PPOTrainer:
             uids = [str(uuid.uuid4()) for _ in range(len(batch))]
             gen_batch, n = self._gen_batch(batch, validate=True)
             out = self.actor_rollout_wg.generate_sequences(gen_batch)
-            batch = batch.repeat(repeat_times=n, interleave=True)
-            for key in PROMPT_KEYS:
-                batch.batch.pop(key)
-            batch = batch.union(out)
+            batch = self._join_rollout(batch, out, n)
             metrics: dict[str, Any] = {}
             self._reward(batch, self.val_reward_fn, metrics)
             for key, value in metrics.items():
