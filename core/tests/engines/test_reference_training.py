@@ -87,10 +87,8 @@ def test_log_probs_match_unpadded_per_row_forward(dynamic):
     assert torch.all(out.batch["entropys"][mask] > 0)
 
 
-def test_temperature_is_applied_k09():
-    # K09 on the engine path: one position, logits [2, 1, 0], token 0, T = 0.5 -> -0.142932.
-    logits = torch.tensor([2.0, 1.0, 0.0]) / 0.5
-    assert math.isclose(float(torch.log_softmax(logits, -1)[0]), -0.142932, abs_tol=1e-6)
+def test_non_positive_temperature_is_refused():
+    # K09's value checks on the engine live in test_reference_training_positions.py.
     engine = _engine()
     with pytest.raises(ValueError, match="temperature"):
         engine.forward_micro_batch(_batch().batch, 0.0)
@@ -146,18 +144,33 @@ def test_train_changes_weights_and_nonfinite_step_is_skipped():
 
 def test_state_dict_round_trip_reproduces_next_update():
     data = _batch(bs=4)
-    a = _engine(optim=_optim())
+    # Warmup over half of 10 steps: the LR changes every step, so a lost scheduler state shows.
+    a = _engine(optim=_optim(lr_warmup_steps_ratio=0.5))
     a.train_batch(data, _ppo_like_loss)
     buffer = io.BytesIO()  # through bytes, as a checkpoint on disk: state_dict() holds live references
     torch.save(a.state_dict(), buffer)
     buffer.seek(0)
-    b = _engine(optim=_optim())
+    b = _engine(optim=_optim(lr_warmup_steps_ratio=0.5))
     b.load_state_dict(torch.load(buffer, weights_only=False))
-    a.train_batch(data, _ppo_like_loss)
-    b.train_batch(data, _ppo_like_loss)
+    assert b.lr_scheduler.last_epoch == a.lr_scheduler.last_epoch == 1
+    ma = a.train_batch(data, _ppo_like_loss)
+    mb = b.train_batch(data, _ppo_like_loss)
+    assert ma["actor/lr"] == mb["actor/lr"] == [pytest.approx(1e-2 * 1 / 5)]
     for (k, va), (_, vb) in zip(a.model.state_dict().items(), b.model.state_dict().items(), strict=True):
         assert torch.equal(va, vb), k
     assert b.global_step == 2
+
+
+def test_step_semantics_one_update_per_mini_batch_per_epoch_and_one_lr_step_per_call():
+    data = _batch(bs=8)
+    engine = _engine(optim=_optim(lr_warmup_steps_ratio=0.5), mini_batch_size=4, ppo_epochs=2)
+    metrics = engine.train_batch(data, _ppo_like_loss)
+    # 8 rows / mini-batch 4 = 2 updates per epoch, x 2 epochs; warmup 5 steps: step 0 runs at lr 0.
+    assert len(metrics["actor/grad_norm"]) == 4
+    assert metrics["actor/lr"] == [0.0] * 4
+    assert engine.lr_scheduler.last_epoch == 1
+    metrics = engine.train_batch(data, _ppo_like_loss)
+    assert metrics["actor/lr"] == [pytest.approx(1e-2 / 5)] * 4
 
 
 def test_forward_only_engine_refuses_to_train():
@@ -197,3 +210,12 @@ def test_trim_padding_drops_only_shared_pad_columns():
     assert (left, kept) == (1, 1)
     assert mask2.tolist() == [[0, 1, 1, 1], [1, 1, 1, 0]]
     assert ids2[:, 0].tolist() == [1, 8]
+
+
+def test_token_budget_counts_longest_prompt_plus_longest_response():
+    # Both rows hold 101 tokens, but together they run at width 100 + 100 after trimming.
+    lens, resp = torch.tensor([101, 101]), torch.tensor([1, 100])
+    assert sorted(map(sorted, token_budget_plan(lens, 250, response_lens=resp))) == [[0], [1]]
+    assert sorted(map(sorted, token_budget_plan(lens, 400, response_lens=resp))) == [[0, 1]]
+    # Without response lengths the width is the longest row (the older, optimistic estimate).
+    assert sorted(map(sorted, token_budget_plan(lens, 250))) == [[0, 1]]

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         trainer.fit()
-        if trainer.global_steps > 0:
+        if trainer.global_steps > 0 and not trainer.already_finished:
             final = trainer.actor_rollout_wg.export_hf(str(run_dir / "final_hf"))
             print(f"verl train: done, {trainer.global_steps} steps; final actor (HF folder): {final}")
     finally:

@@ -3,8 +3,9 @@
 A plan is a list of row-index lists covering every row exactly once; outputs computed per
 micro-batch are put back in the original row order with :func:`restore_order`. With a
 token budget (verl's ``use_dynamic_bsz`` + ``*_max_token_len_per_gpu``) the cost of a
-micro-batch is what a padded forward pays: ``rows * longest row`` (after trimming the
-padding shared by all rows, see :func:`trim_padding`). Rows are sorted by length first so
+micro-batch is what a padded forward pays: ``rows * width``, where the width after
+trimming the padding shared by all rows (:func:`trim_padding`) is the longest prompt plus
+the longest response. Rows are sorted by length first so
 similar lengths share a micro-batch, which keeps that padded cost close to the real token
 count. Mirrors the intent of ``verl/utils/seqlen_balancing.py:rearrange_micro_batches``.
 """
@@ -25,12 +26,18 @@ def fixed_size_plan(num_rows: int, micro_batch_size: int) -> list[list[int]]:
     return [list(range(i, min(i + micro_batch_size, num_rows))) for i in range(0, num_rows, micro_batch_size)]
 
 
-def token_budget_plan(seq_lens: torch.Tensor, max_token_len: int) -> list[list[int]]:
-    """Group rows so each micro-batch's padded cost ``rows * max_len`` is ``<= max_token_len``.
+def token_budget_plan(
+    seq_lens: torch.Tensor, max_token_len: int, *, response_lens: torch.Tensor | None = None
+) -> list[list[int]]:
+    """Group rows so each micro-batch's padded cost ``rows * width`` is ``<= max_token_len``.
 
     Args:
         seq_lens: ``(bs,)`` int, real tokens per row (prompt + response).
         max_token_len: the token budget per micro-batch (``ppo_max_token_len_per_gpu``).
+        response_lens: ``(bs,)`` int, real response tokens per row. With it, the width of a
+            micro-batch is what :func:`trim_padding` leaves: the longest prompt plus the longest
+            response (prompts are left-padded, responses right-padded). Without it, the width is
+            the longest row.
 
     Returns:
         Index lists; rows sorted longest-first inside the plan, every row exactly once.
@@ -39,6 +46,8 @@ def token_budget_plan(seq_lens: torch.Tensor, max_token_len: int) -> list[list[i
         ValueError: if a single row is longer than the budget (raise the budget).
     """
     lens = [int(x) for x in seq_lens.tolist()]
+    resp = [int(x) for x in response_lens.tolist()] if response_lens is not None else [0] * len(lens)
+    prompt = [total - r for total, r in zip(lens, resp, strict=True)]
     if lens and max(lens) > max_token_len:
         raise ValueError(
             f"a sequence of {max(lens)} tokens exceeds the token budget max_token_len={max_token_len}; "
@@ -47,14 +56,14 @@ def token_budget_plan(seq_lens: torch.Tensor, max_token_len: int) -> list[list[i
     order = sorted(range(len(lens)), key=lambda i: -lens[i])
     plan: list[list[int]] = []
     current: list[int] = []
-    current_max = 0
+    max_p = max_r = 0
     for i in order:
-        new_max = max(current_max, lens[i])
-        if current and new_max * (len(current) + 1) > max_token_len:
+        new_p, new_r = max(max_p, prompt[i]), max(max_r, resp[i])
+        if current and (new_p + new_r) * (len(current) + 1) > max_token_len:
             plan.append(current)
-            current, new_max = [], lens[i]
+            current, new_p, new_r = [], prompt[i], resp[i]
         current.append(i)
-        current_max = new_max
+        max_p, max_r = new_p, new_r
     if current:
         plan.append(current)
     return plan

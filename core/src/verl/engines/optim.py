@@ -66,13 +66,19 @@ def lr_multiplier(step: int, *, warmup: int, total: int, kind: str, min_lr_ratio
 def build_lr_scheduler(
     optimizer: torch.optim.Optimizer, optim: Any, total_training_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A ``LambdaLR`` implementing :func:`lr_multiplier` for the ``optim`` config section."""
+    """A ``LambdaLR`` implementing :func:`lr_multiplier` for the ``optim`` config section.
+
+    Raises:
+        ValueError: unknown ``optim.lr_scheduler_type`` (checked here, not at the first step).
+    """
     kind = str(getattr(optim, "lr_scheduler_type", None) or getattr(optim, "warmup_style", None) or "constant")
     warmup = warmup_steps_for(optim, total_training_steps)
     min_lr_ratio = float(getattr(optim, "min_lr_ratio", 0.0) or 0.0)
     num_cycles = float(getattr(optim, "num_cycles", 0.5))
     # Validate eagerly so a typo fails at build time, not at the first step.
-    lr_multiplier(0, warmup=warmup, total=total_training_steps, kind=kind, min_lr_ratio=min_lr_ratio, num_cycles=0.5)
+    lr_multiplier(
+        0, warmup=warmup, total=total_training_steps, kind=kind, min_lr_ratio=min_lr_ratio, num_cycles=num_cycles
+    )
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: lr_multiplier(

@@ -70,6 +70,7 @@ class PPOTrainer:
         self.global_steps = 0
         self.total_training_steps = 0
         self.final_metrics: dict[str, float] = {}
+        self.already_finished = False  # set by fit() when a resumed run had no step left
         self.validation_history: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ set-up
@@ -112,8 +113,8 @@ class PPOTrainer:
         self.actor_rollout_wg = LocalWorkerGroup(ClassWithInitArgs(ActorRolloutRefWorker, cfg, "actor_rollout_ref"))
         self.actor_rollout_wg.init_model(self.total_training_steps)
         self.use_reference_policy = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
-        self.reward_fn = self._build_reward_manager(num_examine=0)
-        self.val_reward_fn = self._build_reward_manager(num_examine=0)
+        # Stateless between calls, so training and validation share one manager (and its thread pool).
+        self.reward_fn = self.val_reward_fn = self._build_reward_manager()
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         # verl's layout: checkpoints under trainer.default_local_dir (checkpoints/<project>/<experiment>).
         self.checkpoints = CheckpointManager(
@@ -127,7 +128,7 @@ class PPOTrainer:
             total_steps=self.total_training_steps,
         )
 
-    def _build_reward_manager(self, num_examine: int) -> Any:
+    def _build_reward_manager(self) -> Any:
         from verl.rewards import RewardManager, load_reward_function
 
         cfg = self.config
@@ -144,7 +145,6 @@ class PPOTrainer:
             timeout_s=rm.timeout_s,
             on_error=rm.on_error,
             num_workers=rm.num_workers,
-            num_examine=num_examine,
         )
 
     # ------------------------------------------------------------------ stages
@@ -178,10 +178,16 @@ class PPOTrainer:
             RuntimeError: the rollout output's rows do not follow the prompts' order.
         """
         batch = batch.repeat(repeat_times=n, interleave=True)
-        sent = batch.batch["input_ids"]
-        returned = gen_out.batch["prompts"] if "prompts" in gen_out.batch.keys() else None
-        if returned is not None and returned.shape == sent.shape and not torch.equal(returned.cpu(), sent.cpu()):
-            bad = int((returned.cpu() != sent.cpu()).any(-1).nonzero()[0])
+        returned = gen_out.batch["prompts"].cpu() if "prompts" in gen_out.batch.keys() else None
+        if returned is not None:
+            # Both are left-padded; a backend may re-pad to another width, so compare the common
+            # right-aligned columns where the sent prompt has real tokens.
+            width = min(returned.shape[1], batch.batch["input_ids"].shape[1])
+            sent = batch.batch["input_ids"][:, -width:].cpu()
+            real = batch.batch["attention_mask"][:, -width:].cpu().bool()
+            mismatch = ((returned[:, -width:] != sent) & real).any(-1)
+        if returned is not None and bool(mismatch.any()):
+            bad = int(mismatch.nonzero()[0])
             raise RuntimeError(
                 f"the rollout engine returned rows in a different order than its prompts (first mismatch at row "
                 f"{bad}); rollout engines must keep row i's response with prompt row i"
@@ -412,6 +418,7 @@ class PPOTrainer:
                 f"verl train: already finished ({self.global_steps}/{self.total_training_steps} steps in "
                 f"{self.checkpoints.root}); nothing to do"
             )
+            self.already_finished = True
             return {}
         if cfg.val_before_train and self.global_steps == 0:
             val = self.validate()

@@ -77,4 +77,5 @@ def make_ppo_loss(actor: Any) -> LossFn:
             metrics["actor/kl_coef"] = float(actor.kl_loss_coef) * share
         return loss, metrics
 
+    loss_fn.needs_entropy = actor.entropy_coeff != 0  # the engine skips the entropy otherwise
     return loss_fn

@@ -186,7 +186,9 @@ class ReferenceTrainingEngine:
     @staticmethod
     def _plan(data: Any, *, use_dynamic: bool, micro: int | None, max_tokens: int) -> list[list[int]]:
         if use_dynamic:
-            return token_budget_plan(data.batch["attention_mask"].sum(-1), max_tokens)
+            mask = data.batch["attention_mask"]
+            resp_len = data.batch["responses"].shape[1]
+            return token_budget_plan(mask.sum(-1), max_tokens, response_lens=mask[:, -resp_len:].sum(-1))
         return fixed_size_plan(len(data), micro or len(data))
 
     @torch.no_grad()
@@ -231,7 +233,8 @@ class ReferenceTrainingEngine:
                 ``norm`` is :func:`verl.algorithms.compute_global_batch_info` of the whole
                 mini-batch (``batch_num_tokens``, ``global_batch_size``, ``dp_size``), so that
                 summing micro-batch losses gives the mini-batch loss (DESIGN §5, K04). Its
-                metrics are additive contributions, summed over the micro-batches.
+                metrics are additive contributions, summed over the micro-batches. A loss
+                with ``needs_entropy = False`` gets no ``entropys`` output (saves memory).
 
         Returns:
             metrics as lists of floats: the loss function's metrics per mini-batch, plus
@@ -271,11 +274,13 @@ class ReferenceTrainingEngine:
         s = self.settings
         norm = compute_global_batch_info(mb.batch["response_mask"], dp_size=1)
         plan = self._plan(mb, use_dynamic=s.use_dynamic_bsz, micro=s.micro_batch_size, max_tokens=s.max_token_len)
+        # The entropy's graph costs memory; compute it only for a loss that uses it (entropy bonus).
+        needs_entropy = bool(getattr(loss_fn, "needs_entropy", True))
         self.optimizer.zero_grad(set_to_none=True)
         summed: dict[str, float] = defaultdict(float)
         for rows in plan:
             micro = mb[rows]
-            outputs = self.forward_micro_batch(micro.batch, temperature, calculate_entropy=True)
+            outputs = self.forward_micro_batch(micro.batch, temperature, calculate_entropy=needs_entropy)
             loss, micro_metrics = loss_fn(micro, outputs, norm)
             if loss.requires_grad:  # a micro-batch of only empty responses has no graph: nothing to add (K08)
                 loss.backward()
