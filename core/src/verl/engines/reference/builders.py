@@ -1,6 +1,8 @@
 """Factories that turn the run config into reference engines (used by the built-in plugin).
 
-Each factory reads verl's config keys for one role and builds the engine; they are the
+``config`` is a resolved :class:`verl.config.RootConfig` (from ``load_config``): follow-values
+such as ``rollout.response_length`` and ``*.log_prob_*`` are already filled from ``data`` and
+``actor`` there. Each factory reads verl's config keys for one role and builds the engine; they are the
 ``factory`` of the ``reference`` training engine, the ``hf`` rollout engine and the
 ``colocated`` checkpoint engine specs in :mod:`verl.plugins.builtin`.
 """
@@ -28,10 +30,6 @@ class ReferenceEngineOptions:
 def _options(config: Any) -> ReferenceEngineOptions:
     raw = dict(config.actor_rollout_ref.actor.engine_kwargs.get("reference", {}) or {})
     return ReferenceEngineOptions(**raw)
-
-
-def _first(*values: Any) -> Any:
-    return next((v for v in values if v is not None), None)
 
 
 def build_reference_training_engine(
@@ -62,11 +60,9 @@ def build_reference_training_engine(
             ppo_epochs=actor.ppo_epochs,
             shuffle=actor.shuffle,
             data_loader_seed=actor.data_loader_seed,
-            infer_micro_batch_size=_first(
-                rollout.log_prob_micro_batch_size_per_gpu, actor.ppo_micro_batch_size_per_gpu
-            ),
-            infer_use_dynamic_bsz=_first(rollout.log_prob_use_dynamic_bsz, actor.use_dynamic_bsz),
-            infer_max_token_len=_first(rollout.log_prob_max_token_len_per_gpu, actor.ppo_max_token_len_per_gpu),
+            infer_micro_batch_size=rollout.log_prob_micro_batch_size_per_gpu,
+            infer_use_dynamic_bsz=rollout.log_prob_use_dynamic_bsz,
+            infer_max_token_len=rollout.log_prob_max_token_len_per_gpu,
             clip_grad=actor.optim.clip_grad,
             dtype=opts.dtype,
             gradient_checkpointing=arr.model.enable_gradient_checkpointing,
@@ -74,9 +70,9 @@ def build_reference_training_engine(
         optim = actor.optim
     elif role == "ref":
         settings = EngineSettings(
-            infer_micro_batch_size=_first(ref.log_prob_micro_batch_size_per_gpu, actor.ppo_micro_batch_size_per_gpu),
-            infer_use_dynamic_bsz=_first(ref.log_prob_use_dynamic_bsz, actor.use_dynamic_bsz),
-            infer_max_token_len=_first(ref.log_prob_max_token_len_per_gpu, actor.ppo_max_token_len_per_gpu),
+            infer_micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
+            infer_use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
+            infer_max_token_len=ref.log_prob_max_token_len_per_gpu,
             dtype=opts.dtype,
         )
         optim = None
@@ -91,8 +87,7 @@ def build_hf_rollout_engine(config: Any, *, model: Any, tokenizer: Any, device: 
     """Build the ``hf`` rollout engine for ``actor_rollout_ref.rollout`` (``model`` may be a live module)."""
     from verl.engines.reference.rollout import build_hf_rollout
 
-    rollout = config.actor_rollout_ref.rollout
-    return build_hf_rollout(_RolloutView(rollout, config.data), model, tokenizer, device=device)
+    return build_hf_rollout(config.actor_rollout_ref.rollout, model, tokenizer, device=device)
 
 
 def build_colocated_checkpoint_engine(config: Any) -> Any:
@@ -100,15 +95,3 @@ def build_colocated_checkpoint_engine(config: Any) -> Any:
     from verl.engines.reference.checkpoint import ColocatedCheckpointEngine
 
     return ColocatedCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine)
-
-
-class _RolloutView:
-    """The rollout section with ``prompt_length`` / ``response_length`` filled from ``data`` (verl's rule)."""
-
-    def __init__(self, rollout: Any, data: Any) -> None:
-        self._rollout = rollout
-        self.prompt_length = _first(rollout.prompt_length, data.max_prompt_length)
-        self.response_length = _first(rollout.response_length, data.max_response_length)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._rollout, name)
