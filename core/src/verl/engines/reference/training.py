@@ -107,6 +107,8 @@ class ReferenceTrainingEngine:
         self.trainable = optim is not None
         if settings.gradient_checkpointing and self.trainable:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # Distributed subclasses shard the module here, before the optimizer sees its parameters.
+        self.model = self._wrap_model(self.model)
         self.optimizer = build_optimizer(self.model.parameters(), optim) if self.trainable else None
         self.lr_scheduler = (
             build_lr_scheduler(self.optimizer, optim, max(1, int(total_training_steps))) if self.trainable else None
@@ -116,6 +118,10 @@ class ReferenceTrainingEngine:
         if not self.trainable:
             self.model.requires_grad_(False)
         self.model.train(False)
+
+    def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Hook: return the module to train (identity here; FSDP shards it)."""
+        return model
 
     @staticmethod
     def _load(model: Any, dtype: torch.dtype) -> torch.nn.Module:
@@ -272,7 +278,7 @@ class ReferenceTrainingEngine:
 
     def _train_mini_batch(self, mb: Any, loss_fn: Any, temperature: float, metrics: dict[str, list[float]]) -> None:
         s = self.settings
-        norm = compute_global_batch_info(mb.batch["response_mask"], dp_size=1)
+        norm = self._batch_norm(mb)
         plan = self._plan(mb, use_dynamic=s.use_dynamic_bsz, micro=s.micro_batch_size, max_tokens=s.max_token_len)
         # The entropy's graph costs memory; compute it only for a loss that uses it (entropy bonus).
         needs_entropy = bool(getattr(loss_fn, "needs_entropy", True))
@@ -286,9 +292,9 @@ class ReferenceTrainingEngine:
                 loss.backward()
             for key, value in micro_metrics.items():
                 summed[key] += float(value)
-        for key, value in summed.items():
+        for key, value in self._reduce_metrics(dict(summed)).items():
             metrics[key].append(value)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=s.clip_grad)
+        grad_norm = self._clip_grad()
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         else:
@@ -300,6 +306,20 @@ class ReferenceTrainingEngine:
         self.optimizer.zero_grad(set_to_none=True)
         metrics["actor/grad_norm"].append(float(grad_norm))
         metrics["actor/lr"].append(float(self.optimizer.param_groups[0]["lr"]))
+
+    # Hooks overridden by data-parallel subclasses (verl-fsdp); here: one process holds the whole mini-batch.
+
+    def _batch_norm(self, mb: Any) -> dict[str, Any]:
+        """Hook: loss normalisers of mini-batch ``mb`` (:func:`compute_global_batch_info`, ``dp_size=1``)."""
+        return compute_global_batch_info(mb.batch["response_mask"], dp_size=1)
+
+    def _reduce_metrics(self, summed: dict[str, float]) -> dict[str, float]:
+        """Hook: combine the mini-batch's summed loss metrics across ranks (identity here)."""
+        return summed
+
+    def _clip_grad(self) -> torch.Tensor:
+        """Hook: clip the gradients to ``settings.clip_grad`` and return the total norm before clipping."""
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=self.settings.clip_grad)
 
     # ------------------------------------------------------------------ weights & state
 
