@@ -43,14 +43,22 @@ class FakePluginManager:
         return specs[name]
 
 
-def spec(name: str, options_cls: type | None = None, devices: tuple[str, ...] = ("cpu", "cuda")) -> Any:
-    return SimpleNamespace(name=name, options_cls=options_cls, devices=devices)
+def spec(
+    name: str,
+    options_cls: type | None = None,
+    devices: tuple[str, ...] = ("cpu", "cuda"),
+    capabilities: frozenset[str] = frozenset(),
+) -> Any:
+    return SimpleNamespace(name=name, options_cls=options_cls, devices=devices, capabilities=capabilities)
 
 
 def default_table() -> dict[str, dict[str, Any]]:
     return {
         "platform": {"cpu": spec("cpu"), "cuda": spec("cuda")},
-        "training_engine": {"reference": spec("reference"), "fsdp": spec("fsdp", FsdpOptions)},
+        "training_engine": {
+            "reference": spec("reference"),
+            "fsdp": spec("fsdp", FsdpOptions, capabilities=frozenset({"data_parallel"})),
+        },
         "rollout_engine": {
             "hf": spec("hf"),
             "vllm": spec("vllm", VllmOptions),

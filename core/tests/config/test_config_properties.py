@@ -152,6 +152,7 @@ BATCH_KEYS = (
 def test_batch_sizes_load_exactly_when_consistent(train: int, mini: int, micro: int, n: int, gpus: int) -> None:
     overrides = [
         "trainer.controller=ray",
+        "actor_rollout_ref.actor.strategy=fsdp",
         "algorithm.adv_estimator=rloo",
         f"data.train_batch_size={train}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",

@@ -79,6 +79,7 @@ def test_consistent_batch_sizes_load() -> None:
     cfg = load_config(
         overrides=[
             "trainer.controller=ray",
+            f"{ACTOR}.strategy=fsdp",
             "trainer.n_gpus_per_node=2",
             "data.train_batch_size=16",
             f"{ROLLOUT}.n=4",
@@ -106,6 +107,7 @@ def test_train_batch_times_n_divisible_by_world_size() -> None:
     error = _error(
         [
             "trainer.controller=ray",
+            f"{ACTOR}.strategy=fsdp",
             "trainer.n_gpus_per_node=2",
             "data.train_batch_size=3",
             f"{ACTOR}.ppo_mini_batch_size=3",
@@ -317,3 +319,11 @@ def test_validate_config_returns_warnings_of_unresolved_configs() -> None:
     cfg = replace_path(RootConfig(), "algorithm.use_kl_in_reward", True)
     cfg = replace_path(cfg, f"{ACTOR}.use_kl_loss", True)
     assert len(validate_config(cfg)) == 1
+
+
+def test_single_process_engine_refused_on_several_workers() -> None:
+    # The reference engine has no data_parallel capability: two workers would train two diverging copies.
+    error = _error(["trainer.controller=ray", "trainer.n_gpus_per_node=2", f"{ACTOR}.strategy=reference"])
+    assert error.issues[0].key == f"{ACTOR}.strategy"
+    assert "training engine 'reference' runs in a single process and cannot train on 2 workers" in str(error)
+    assert f"{ACTOR}.strategy=fsdp" in str(error)

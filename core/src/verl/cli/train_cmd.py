@@ -82,24 +82,35 @@ def run(args: argparse.Namespace) -> int:
     if _already_finished(cfg):
         return 0
 
+    from verl.controller import WorkerError
     from verl.trainer.ppo_trainer import PPOTrainer
 
+    trainer = None
     try:
-        # Set-up errors (model path, dataset rows, chat template, unsupported options) are user
-        # errors raised before any training: print them plainly; -v shows the traceback.
-        trainer = PPOTrainer(cfg, run_dir)
-        trainer.init()
-    except (ValueError, FileNotFoundError) as exc:
-        if args.verbose:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        trainer.fit()
-        if trainer.global_steps > 0 and not trainer.already_finished:
-            final = trainer.actor_rollout_wg.export_hf(str(run_dir / "final_hf"))
-            print(f"verl train: done, {trainer.global_steps} steps; final actor (HF folder): {final}")
+        try:
+            # Set-up errors (model path, dataset rows, chat template, unsupported options) are user
+            # errors raised before any training: print them plainly; -v shows the traceback.
+            trainer = PPOTrainer(cfg, run_dir)
+            trainer.init()
+        except (ValueError, FileNotFoundError, WorkerError) as exc:
+            if args.verbose:
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        try:
+            trainer.fit()
+            if trainer.global_steps > 0 and not trainer.already_finished:
+                final = trainer.actor_rollout_wg.export_hf(str(run_dir / "final_hf"))[0]
+                print(f"verl train: done, {trainer.global_steps} steps; final actor (HF folder): {final}")
+        except WorkerError as exc:
+            # A worker raised or died (names class, rank, method); checkpoints are written atomically,
+            # so the last complete one is intact and `verl train` with resume_mode=auto continues from it.
+            if args.verbose:
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            print(f"verl train: stopped at step {trainer.global_steps}; rerun to resume", file=sys.stderr)
+            return 1
     finally:
-        if hasattr(trainer, "tracking"):
+        if trainer is not None:
             trainer.close()
     return 0

@@ -7,6 +7,7 @@
   ``options_cls`` (an unknown option is an error naming
   ``actor_rollout_ref.rollout.engine_kwargs.vllm.<key>``); a backend without an options class
   takes no options;
+* a training engine used on more than one worker declares the ``data_parallel`` capability;
 * ``algorithm.adv_estimator`` and ``actor.policy_loss.loss_mode`` name registered functions.
 
 When ``verl.plugins`` / ``verl.algorithms`` cannot be imported (e.g. a stripped-down
@@ -161,6 +162,15 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
                 name_key,
                 f"{kind.replace('_', ' ')} {name!r} does not support trainer.device={device!r} "
                 f"(supports: {', '.join(devices)})",
+            )
+        world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+        capabilities = frozenset(getattr(spec, "capabilities", ()) or ())
+        if kind == "training_engine" and world > 1 and "data_parallel" not in capabilities:
+            report.error(
+                name_key,
+                f"training engine {name!r} runs in a single process and cannot train on {world} workers "
+                "(trainer.nnodes x trainer.n_gpus_per_node); use a data-parallel engine such as "
+                f"{name_key}=fsdp (pip install verl-fsdp) or set trainer.n_gpus_per_node=1",
             )
         path = f"{kwargs_key}.{name}"
         try:

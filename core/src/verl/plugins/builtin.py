@@ -44,7 +44,11 @@ def verl_policy_losses() -> list[PolicyLossSpec]:
 
 @hookimpl
 def verl_training_engines() -> list:
-    """``reference``: single-process PyTorch on a HF causal LM (the CPU default and numerical oracle)."""
+    """``reference``: single-process PyTorch on a HF causal LM (the CPU default and numerical oracle).
+
+    Capability ``share_module`` (a rollout may generate from its live module); no ``data_parallel``:
+    it runs on one worker only.
+    """
     from verl.engines.reference.builders import ReferenceEngineOptions, build_reference_training_engine
     from verl.plugins.specs import TrainingEngineSpec
 
@@ -54,6 +58,8 @@ def verl_training_engines() -> list:
             factory=build_reference_training_engine,
             options_cls=ReferenceEngineOptions,
             devices=("cpu", "cuda"),
+            # Its module is a plain nn.Module a rollout engine can generate from (no second copy).
+            capabilities={"share_module"},
         )
     ]
 

@@ -56,11 +56,6 @@ class PPOTrainer:
                 "reward_model.enable=true (a learned reward model) is not supported by this trainer yet; "
                 "use rule rewards (default_compute_score) or custom_reward_function.path"
             )
-        if config.trainer.controller != "local":
-            raise ValueError(
-                f"trainer.controller={config.trainer.controller!r} is not available in this build; use 'local' "
-                "(in-process workers, world size 1)"
-            )
         from verl.platform import resolve_platform
 
         # An unavailable or unknown trainer.device fails here, before data or models are loaded.
@@ -78,13 +73,11 @@ class PPOTrainer:
     def init(self) -> None:
         """Build datasets, the worker group (engines), reward, KL control, checkpoints, loggers."""
         from verl.algorithms import get_kl_controller
-        from verl.controller import ClassWithInitArgs, LocalWorkerGroup
         from verl.data.dataset import RLHFDataset
         from verl.data.sampler import create_dataloader
         from verl.models import load_tokenizer, resolve_model_path
         from verl.trainer.checkpoint import CheckpointManager
         from verl.trainer.tracking import Tracking
-        from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
         cfg = self.config
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -110,7 +103,8 @@ class PPOTrainer:
             )
         self.steps_per_epoch = steps_per_epoch
         self.total_training_steps = cfg.trainer.total_training_steps or steps_per_epoch * cfg.trainer.total_epochs
-        self.actor_rollout_wg = LocalWorkerGroup(ClassWithInitArgs(ActorRolloutRefWorker, cfg, "actor_rollout_ref"))
+        self.world_size = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+        self.actor_rollout_wg = self._build_worker_group()
         self.actor_rollout_wg.init_model(self.total_training_steps)
         self.use_reference_policy = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         # Stateless between calls, so training and validation share one manager (and its thread pool).
@@ -127,6 +121,26 @@ class PPOTrainer:
             run_dir=self.run_dir,
             total_steps=self.total_training_steps,
         )
+
+    def _build_worker_group(self) -> Any:
+        """The hybrid actor/rollout/ref workers: in-process (``controller=local``) or Ray actors.
+
+        Ray: one resource pool of ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` workers (the
+        platform's Ray resource, one CPU bundle each on CPU), started lazily or joined through
+        ``ray_kwargs.ray_init.address`` / ``RAY_ADDRESS``.
+        """
+        from verl.controller import ClassWithInitArgs, LocalWorkerGroup
+        from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+        cfg = self.config
+        worker = ClassWithInitArgs(ActorRolloutRefWorker, cfg, "actor_rollout_ref")
+        if cfg.trainer.controller == "local":
+            return LocalWorkerGroup(worker)
+        from verl.controller.ray import RayResourcePool, RayWorkerGroup, init_ray
+
+        init_ray(dict(cfg.ray_kwargs.ray_init))
+        pool = RayResourcePool([cfg.trainer.n_gpus_per_node] * cfg.trainer.nnodes, platform=self.platform)
+        return RayWorkerGroup(pool, worker, name_prefix="actor_rollout_ref", platform=self.platform)
 
     def _build_reward_manager(self) -> Any:
         from verl.rewards import RewardManager, load_reward_function
@@ -269,7 +283,7 @@ class PPOTrainer:
             self._dump_rollouts(batch)
         metrics.update(compute_data_metrics(batch, use_critic=False))
         metrics.update(compute_timing_metrics(batch, timing))
-        metrics.update(compute_throughput_metrics(batch, timing, n_gpus=1))
+        metrics.update(compute_throughput_metrics(batch, timing, n_gpus=self.world_size))
         metrics["training/global_step"] = self.global_steps
         metrics["training/epoch"] = (self.global_steps - 1) // self.steps_per_epoch
         return metrics
@@ -440,5 +454,11 @@ class PPOTrainer:
         return metrics
 
     def close(self) -> None:
-        """Flush and close the loggers."""
-        self.tracking.close()
+        """Flush and close the loggers; stop Ray workers (the Ray runtime itself is left to its owner)."""
+        try:
+            if hasattr(self, "tracking"):
+                self.tracking.close()
+        finally:
+            shutdown = getattr(getattr(self, "actor_rollout_wg", None), "shutdown", None)
+            if shutdown is not None:
+                shutdown()

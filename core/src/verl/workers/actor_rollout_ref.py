@@ -62,6 +62,10 @@ class ActorRolloutRefWorker(Worker):
         arr = cfg.actor_rollout_ref
         platform = resolve_platform(cfg.trainer.device)
         self.platform = platform
+        if platform.device_count() > 0 and platform.name != "cpu":
+            # Ray gives each actor one visible device (index 0); torchrun shows all and uses LOCAL_RANK.
+            platform.set_device(self.local_rank % platform.device_count())
+        self._init_process_group(platform)
         platform.manual_seed(cfg.trainer.seed + self.rank)
         device = platform.torch_device()
         model_path = resolve_model_path(arr.model.path)
@@ -82,9 +86,16 @@ class ActorRolloutRefWorker(Worker):
             self.ref = spec.factory(cfg, role="ref", model=model_path, device=device, world_size=self.world_size)
         if self._is_rollout:
             spec = pm.get("rollout_engine", arr.rollout.name)
-            shared = self.actor is not None and "share_module" in spec.capabilities and hasattr(self.actor, "model")
+            train_spec = pm.get("training_engine", arr.actor.strategy) if self.actor is not None else None
+            shared = (
+                train_spec is not None
+                and "share_module" in spec.capabilities
+                and "share_module" in train_spec.capabilities
+                and hasattr(self.actor, "model")
+            )
             # Sharing the actor's module avoids a second copy of the weights (and makes sync free);
-            # only backends that declare it can generate from a module they do not own.
+            # only when both sides declare it: a sharded (FSDP) module cannot be generated from
+            # rank-locally, and only some rollout backends can drive a module they do not own.
             self.rollout = spec.factory(
                 cfg, model=self.actor.model if shared else model_path, tokenizer=self.tokenizer, device=device
             )
@@ -98,6 +109,31 @@ class ActorRolloutRefWorker(Worker):
             "roles": self.role,
             "ref": self.ref is not None,
         }
+
+    def _init_process_group(self, platform: Any) -> None:
+        """Join the group's ``torch.distributed`` world (world size > 1) over the platform's backend.
+
+        The worker group sets ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (Ray group, torchrun).
+
+        Raises:
+            RuntimeError: world size > 1 without a rendezvous address (e.g. an in-process group).
+        """
+        import torch.distributed as dist
+
+        if self.world_size == 1 or dist.is_initialized():
+            return
+        addr, port = self.get_master_addr_port()
+        if addr is None or port is None:
+            raise RuntimeError(
+                f"rank {self.rank} of {self.world_size}: no MASTER_ADDR/MASTER_PORT to join torch.distributed; "
+                "run world size > 1 under trainer.controller=ray (or torchrun), not in-process"
+            )
+        dist.init_process_group(
+            backend=platform.dist_backend,
+            init_method=f"tcp://{addr}:{port}",
+            rank=self.rank,
+            world_size=self.world_size,
+        )
 
     # ------------------------------------------------------------------ rollout
 
@@ -152,25 +188,34 @@ class ActorRolloutRefWorker(Worker):
         self._need(self.actor, "actor")
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
+        if hasattr(self.actor, "save_checkpoint"):  # sharded engines write their own format (e.g. DCP)
+            self.actor.save_checkpoint(folder)
+            return
         torch.save(self.actor.state_dict(), folder / f"model_world_size_{self.world_size}_rank_{self.rank}.pt")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
         """Restore what :meth:`save_checkpoint` wrote, then re-sync the rollout weights."""
         self._need(self.actor, "actor")
-        file = Path(path) / f"model_world_size_{self.world_size}_rank_{self.rank}.pt"
-        if not file.exists():
-            raise FileNotFoundError(
-                f"actor checkpoint {file} not found (saved with another world size? expected "
-                f"world_size={self.world_size})"
-            )
-        self.actor.load_state_dict(torch.load(file, map_location="cpu", weights_only=False))
+        if hasattr(self.actor, "load_checkpoint"):
+            self.actor.load_checkpoint(Path(path))
+        else:
+            file = Path(path) / f"model_world_size_{self.world_size}_rank_{self.rank}.pt"
+            if not file.exists():
+                raise FileNotFoundError(
+                    f"actor checkpoint {file} not found (saved with another world size? expected "
+                    f"world_size={self.world_size})"
+                )
+            self.actor.load_state_dict(torch.load(file, map_location="cpu", weights_only=False))
         if self.rollout is not None:
             self.weight_sync.sync(self.actor, self.rollout)
 
-    @register(dispatch_mode=Dispatch.RANK_ZERO)
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def export_hf(self, path: str) -> str:
-        """Write the actor as a HF folder (weights + tokenizer) loadable by ``from_pretrained``."""
+        """Write the actor as a HF folder (weights + tokenizer) loadable by ``from_pretrained``.
+
+        Every rank calls it: a sharded engine gathers the full weights collectively and rank 0 writes.
+        """
         self._need(self.actor, "actor")
         self.actor.save_hf(path, self.tokenizer)
         return str(path)
