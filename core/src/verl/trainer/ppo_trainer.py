@@ -168,14 +168,17 @@ class PPOTrainer:
         gen = batch.select(batch_keys=list(PROMPT_KEYS))
         n = rollout.val_kwargs.n if validate else rollout.n
         gen = gen.repeat(repeat_times=n, interleave=True)
+        # Seeding each call from (seed, step) makes a resumed run sample exactly what an uninterrupted
+        # run samples, without saving the sampler's RNG state; one seed per row (for engines that
+        # honour `sample_seed`) makes the samples independent of how rows are split over DP ranks.
+        seed = int(rollout.seed) * 1_000_003 + self.global_steps * 2 + int(validate)
+        gen.batch["sample_seed"] = seed * 100_003 + torch.arange(len(gen), dtype=torch.int64)
         gen.meta_info.update(
             {
                 "validate": validate,
                 "do_sample": rollout.val_kwargs.do_sample if validate else rollout.do_sample,
                 "global_steps": self.global_steps,
-                # Seeding each call from (seed, step) makes a resumed run sample exactly what an
-                # uninterrupted run samples, without saving the sampler's RNG state.
-                "seed": int(rollout.seed) * 1_000_003 + self.global_steps * 2 + int(validate),
+                "seed": seed,
             }
         )
         return gen, n

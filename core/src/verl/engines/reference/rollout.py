@@ -111,7 +111,10 @@ class HFRolloutEngine:
         """Generate one response per row of ``prompts``.
 
         Input: ``prompts.batch["input_ids"]`` and ``["attention_mask"]`` ``(bs, prompt_len)``, left-padded
-        (``position_ids`` are recomputed from the mask, K07). ``meta_info`` may hold ``seed`` (reseeds the sampler for this call), ``validate``,
+        (``position_ids`` are recomputed from the mask, K07); optional ``sample_seed`` ``(bs,)`` int64 gives
+        each row its own sampler seed, so a row samples the same tokens whatever other rows share its
+        batch (any data-parallel split, any chunking). ``meta_info`` may hold ``seed`` (reseeds the sampler
+        for this call when rows carry no ``sample_seed``), ``validate``,
         ``do_sample``, ``temperature``, ``top_p``, ``top_k``, ``response_length`` (see
         :func:`~verl.engines.reference.sampling.resolve_sampling_params`).
 
@@ -150,6 +153,7 @@ class HFRolloutEngine:
         if self._asleep:
             self.wake_up()
 
+        row_seeds = batch["sample_seed"].tolist() if "sample_seed" in present and not params.greedy else None
         chunk = max(1, int(_cfg(self.config, "max_num_seqs", 1024)))
         was_training = self.model.training
         self.model.eval()
@@ -160,6 +164,7 @@ class HFRolloutEngine:
                     attention_mask[i : i + chunk].to(self.device),
                     params,
                     resp_len,
+                    None if row_seeds is None else self._row_generators(row_seeds[i : i + chunk]),
                 )
                 for i in range(0, max(input_ids.shape[0], 1), chunk)  # one (empty) chunk for an empty batch
             ]
@@ -208,9 +213,17 @@ class HFRolloutEngine:
                 f"model's max_position_embeddings ({limit}); lower data.max_prompt_length or response_length"
             )
 
+    def _row_generators(self, seeds: list[int]) -> list[torch.Generator]:
+        return [torch.Generator(device=self.device).manual_seed(int(seed) % (1 << 63)) for seed in seeds]
+
     @torch.no_grad()
     def _decode(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams, resp_len: int
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        params: SamplingParams,
+        resp_len: int,
+        row_generators: list[torch.Generator] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """KV-cache decode of one chunk; returns ``(responses, lengths, log_probs)`` on ``self.device``.
 
@@ -240,8 +253,9 @@ class HFRolloutEngine:
         logits = out.logits[:, -1, :]
         rows = torch.arange(bs, device=self.device)  # original row of each running row
         next_pos = position_ids[:, -1] + 1
+        gens = row_generators
         for step in range(resp_len):
-            tokens, logp = select_next_tokens(logits, params, self.generator)
+            tokens, logp = select_next_tokens(logits, params, self.generator if gens is None else gens)
             responses[rows, step] = tokens
             log_probs[rows, step] = logp
             done = torch.isin(tokens, eos)
@@ -251,6 +265,8 @@ class HFRolloutEngine:
                 if keep.numel() == 0:
                     break
                 rows, tokens, mask, next_pos = rows[keep], tokens[keep], mask[keep], next_pos[keep]
+                if gens is not None:
+                    gens = [gens[i] for i in keep.tolist()]
                 cache.batch_select_indices(keep)
             if step == resp_len - 1:
                 break

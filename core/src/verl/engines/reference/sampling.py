@@ -8,7 +8,7 @@ filtering, which is exactly what the trainer recomputes (K09); greedy uses ``T =
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -109,12 +109,18 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 
 
 def select_next_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | Sequence[torch.Generator] | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row and return ``(tokens (bs,) int64, log_probs (bs,) float32)``.
 
     ``log_probs = log_softmax(logits / T)[token]`` with ``T = params.logprob_temperature``,
     computed on the unfiltered distribution (K09).
+
+    ``generator`` is one generator for the batch, or one per row (``len == bs``): per-row generators
+    make a row's sample independent of which other rows share its batch (same samples at any
+    data-parallel split).
     """
     logits = logits.float()
     if params.greedy:
@@ -125,5 +131,16 @@ def select_next_tokens(
         logp = torch.log_softmax(scaled, dim=-1)
         filtering = 0 < params.top_k < logits.shape[-1] or params.top_p < 1.0
         probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), dim=-1) if filtering else logp.exp()
-        tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+        if isinstance(generator, Sequence):
+            if len(generator) != probs.shape[0]:
+                raise ValueError(f"select_next_tokens: {len(generator)} generators for {probs.shape[0]} rows")
+            tokens = (
+                torch.stack(
+                    [torch.multinomial(probs[i], num_samples=1, generator=g)[0] for i, g in enumerate(generator)]
+                )
+                if len(generator)
+                else torch.zeros(0, dtype=torch.long, device=probs.device)
+            )
+        else:
+            tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
     return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
