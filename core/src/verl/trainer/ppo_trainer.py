@@ -239,6 +239,10 @@ class PPOTrainer:
                 with marked_timer("gen_max", timing):
                     baselines = self._greedy_baseline(batch)
             batch = self._join_rollout(batch, gen_out, n)
+            if cfg.trainer.balance_batch and self.world_size > 1:
+                from verl.trainer.balance import balance_batch
+
+                metrics.update(balance_batch(batch, self.world_size))
             # The temperature the rollout's log-probs used (K09): greedy decoding scores untempered logits.
             rollout_cfg = cfg.actor_rollout_ref.rollout
             batch.meta_info["temperature"] = rollout_cfg.temperature if rollout_cfg.do_sample else 1.0
