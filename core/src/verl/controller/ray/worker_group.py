@@ -1,0 +1,280 @@
+"""``RayWorkerGroup``: one Ray actor per rank, driven through the shared :class:`WorkerGroup` protocol.
+
+Each actor is the user's worker class under ``ray.remote``, placed in its bundle of the pool's placement
+group (rank 0 first) with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT`` in its runtime environment, so :class:`~verl.controller.Worker` reads its identity in
+``__new__`` and ``torch.distributed.init_process_group(backend, init_method="env://")`` works in the
+workers. ``MASTER_ADDR`` / ``MASTER_PORT`` are rank 0's node IP and a port free there, probed before
+rank 0 starts (on the driver when rank 0 shares its node, else by a zero-resource task pinned to it).
+
+The worker class travels to the actors with cloudpickle: by reference when its module is importable on
+the workers, by value otherwise (``__main__``, generated colocated classes, or modules registered with
+``ray.cloudpickle.register_pickle_by_value``). Source: verl/single_controller/ray/base.py (``RayWorkerGroup``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.util.placement_group import PlacementGroup, placement_group_table
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from verl.controller.decorator import registered_methods
+from verl.controller.errors import WorkerError
+from verl.controller.ray.resource_pool import RayResourcePool
+from verl.controller.worker import WorkerMeta
+from verl.controller.worker_group import ClassWithInitArgs, WorkerGroup
+from verl.platform.base import Platform
+
+#: After one rank failed, how long the other ranks get to finish so that every failing rank is reported
+#: (a rank blocked in a collective with the failed one would otherwise never return).
+ERROR_GRACE_S = 2.0
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class WorkerDiedError(RuntimeError):
+    """The worker process of a rank is gone (crash, ``os._exit``, OOM kill, node loss); ``__cause__`` is Ray's error."""
+
+
+@dataclass(frozen=True)
+class _RayCall:
+    """Handle of one submitted actor call."""
+
+    ref: ray.ObjectRef
+    rank: int
+    method_name: str
+
+
+def node_ip_and_free_port() -> tuple[str, int]:
+    """This node's IP as Ray sees it and a TCP port that is free on it right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    return ray.util.get_node_ip_address(), port
+
+
+def rendezvous_address(pg: PlacementGroup, bundle_index: int = 0, *, force_remote: bool = False) -> tuple[str, int]:
+    """``(MASTER_ADDR, MASTER_PORT)`` for a group whose rank 0 sits in ``pg``'s bundle ``bundle_index``.
+
+    Probed on the driver when that bundle is on the driver's node (unless ``force_remote``), otherwise
+    by a zero-resource task pinned to the bundle's node. The port is free when probed; like torchrun's,
+    it could be taken by another process before rank 0 binds it.
+    """
+    node_id = placement_group_table(pg)["bundles_to_node_id"][bundle_index]
+    if not force_remote and node_id == ray.get_runtime_context().get_node_id():
+        return node_ip_and_free_port()
+    probe = ray.remote(num_cpus=0)(node_ip_and_free_port)
+    strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    return ray.get(probe.options(scheduling_strategy=strategy).remote(), timeout=120)
+
+
+class RayWorkerGroup(WorkerGroup):
+    """``resource_pool.world_size`` Ray actors of ``cls_with_init.cls`` with the driver-side API of the class.
+
+    Args:
+        resource_pool: where the actors go; its placement groups are created now if no group made them yet.
+        cls_with_init: the worker class and its constructor arguments (every rank gets the same ones).
+        name_prefix: prefix of the actor names (``{prefix}_{Class}_{rank}``); default: random, unique.
+        platform: must match the pool's device resource if given (the pool's platform is used).
+        init_timeout_s: how long to wait for every actor's constructor (``None``: forever).
+
+    Results, dispatch and errors match :class:`~verl.controller.LocalWorkerGroup`; calls on different
+    ranks run in parallel, calls on one (synchronous) actor run in submission order.
+
+    Raises:
+        TypeError: wrong argument types. ValueError: ``platform`` uses another resource than the pool.
+        PlacementError: the pool cannot be placed. WorkerError: a constructor raised or its process died
+        (method ``__init__``). TimeoutError: constructors did not finish within ``init_timeout_s``.
+    """
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool,
+        cls_with_init: ClassWithInitArgs,
+        *,
+        name_prefix: str | None = None,
+        platform: Platform | None = None,
+        init_timeout_s: float | None = 300.0,
+    ) -> None:
+        super().__init__()
+        if not isinstance(resource_pool, RayResourcePool):
+            raise TypeError(f"RayWorkerGroup needs a RayResourcePool, got {type(resource_pool).__name__}")
+        if not isinstance(cls_with_init, ClassWithInitArgs):
+            raise TypeError(
+                f"RayWorkerGroup needs a ClassWithInitArgs, got {type(cls_with_init).__name__}; "
+                "wrap the class: RayWorkerGroup(pool, ClassWithInitArgs(MyWorker, *init_args))"
+            )
+        if platform is not None and platform.ray_resource_name != resource_pool.resource_name:
+            raise ValueError(
+                f"platform {platform.name!r} reserves {platform.ray_resource_name!r} but the pool reserves "
+                f"{resource_pool.resource_name!r}; build the pool with platform={platform.name!r}"
+            )
+        self.worker_cls = cls_with_init.cls
+        self.platform = resource_pool.platform
+        self._pool = resource_pool
+        self._world_size = resource_pool.world_size
+        self.name_prefix = name_prefix or f"verl_{uuid.uuid4().hex[:6]}"
+        self._actors: list[Any] | None = None
+        pgs = resource_pool._acquire()
+        self._actors = []
+        try:
+            self.master_addr, self.master_port = rendezvous_address(pgs[0])
+            remote_cls = ray.remote(self.worker_cls)
+            for rank, (node, bundle_index, local_rank, local_world_size) in enumerate(resource_pool.layout()):
+                meta = WorkerMeta(
+                    rank=rank,
+                    world_size=self._world_size,
+                    local_rank=local_rank,
+                    local_world_size=local_world_size,
+                    master_addr=self.master_addr,
+                    master_port=self.master_port,
+                )
+                options = dict(
+                    resource_pool.actor_options(),
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[node], bundle_index),
+                    runtime_env={"env_vars": meta.to_env()},
+                    name=f"{self.name_prefix}_{self.worker_cls.__name__}_{rank}",
+                )
+                actor = remote_cls.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)
+                self._actors.append(actor)
+            ready = [_RayCall(a.__ray_ready__.remote(), rank, "__init__") for rank, a in enumerate(self._actors)]
+            self._wait(ready, init_timeout_s)
+        except BaseException:
+            self.shutdown()
+            raise
+        self._bind_worker_methods(registered_methods(self.worker_cls))
+
+    # ---- backend primitives ------------------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def workers(self) -> list[Any]:
+        """The actor handles in rank order (empty after :meth:`shutdown`)."""
+        return list(self._actors or ())
+
+    @property
+    def resource_pool(self) -> RayResourcePool:
+        return self._pool
+
+    def _submit(self, rank: int, method_name: str, args: tuple, kwargs: dict) -> _RayCall:
+        if not self._actors:
+            raise RuntimeError(f"{self!r} was shut down; build a new RayWorkerGroup")
+        if not 0 <= rank < self._world_size:
+            raise IndexError(f"rank {rank} is outside this group's world size {self._world_size}")
+        if not callable(getattr(self.worker_cls, method_name, None)):
+            raise AttributeError(
+                f"{self.worker_class_name} has no method {method_name!r}; "
+                f"registered methods: {', '.join(self.method_names) or 'none'}"
+            )
+        return _RayCall(getattr(self._actors[rank], method_name).remote(*args, **kwargs), rank, method_name)
+
+    def _wait(self, handles: Sequence[_RayCall], timeout: float | None = None) -> list:
+        """Values of ``handles`` in order.
+
+        Raises:
+            WorkerError: for the lowest failing rank (``failed_ranks`` lists every rank seen failing; the
+                other ranks get :data:`ERROR_GRACE_S` to finish first). ``__cause__`` is the worker's own
+                exception (remote traceback attached as a note) or a :class:`WorkerDiedError`.
+            TimeoutError: not all finished within ``timeout`` seconds (names the method and pending ranks);
+                waiting again is allowed.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        by_ref = {h.ref: i for i, h in enumerate(handles)}
+        values: list[Any] = [None] * len(handles)
+        errors: dict[int, tuple[BaseException, BaseException]] = {}
+        pending = [h.ref for h in handles]
+        while pending:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if errors:  # one rank failed: give the others a short grace, then report
+                remaining = ERROR_GRACE_S if remaining is None else min(remaining, ERROR_GRACE_S)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=remaining)
+            if not ready:
+                if errors:
+                    break
+                ranks = sorted(handles[by_ref[r]].rank for r in pending)
+                raise TimeoutError(
+                    f"{self.worker_class_name}.{handles[0].method_name} did not finish within {timeout:g} s "
+                    f"on ranks {ranks}; wait again or raise the timeout"
+                )
+            for ref in ready:
+                i = by_ref[ref]
+                try:
+                    values[i] = ray.get(ref)
+                except RayError as err:
+                    errors[i] = self._map_error(handles[i], err)
+        if errors:
+            first = min(errors, key=lambda i: handles[i].rank)
+            cause, chained = errors[first]
+            failed = tuple(sorted(handles[i].rank for i in errors))
+            error = WorkerError(
+                self.worker_class_name,
+                handles[first].rank,
+                handles[first].method_name,
+                cause,
+                world_size=self._world_size,
+                failed_ranks=failed,
+            )
+            raise error from chained
+        return values
+
+    def _map_error(self, call: _RayCall, err: RayError) -> tuple[BaseException, BaseException]:
+        """``(cause, chained)``: the exception to report and the one to chain as ``__cause__``."""
+        if isinstance(err, RayTaskError):
+            cause = err.cause if isinstance(err.cause, BaseException) else err
+            if cause is not err and hasattr(cause, "add_note"):  # Python >= 3.11: show where it happened
+                cause.add_note(f"Raised on rank {call.rank} ({call.method_name}); Ray's report:\n{err}")
+            return cause, cause
+        if isinstance(err, RayActorError):
+            lines = [line.strip() for line in _ANSI.sub("", str(err)).splitlines() if line.strip()]
+            if err.actor_init_failed:  # Ray's report ends with the constructor's "ExcType: message" line
+                what = f"its constructor raised {lines[-1] if lines else 'an exception'}"
+            else:
+                what = "the process exited or was killed; Ray: " + (lines[0] if lines else type(err).__name__)
+            died = WorkerDiedError(
+                f"the worker process of {self.worker_class_name} rank {call.rank} died while running "
+                f"{call.method_name} ({what.rstrip('.')}); its actor is gone, so shut this group down and build a "
+                "new one"
+            )
+            died.__cause__ = err
+            return died, died
+        return err, err
+
+    def _done(self, handles: Sequence[_RayCall]) -> bool:
+        refs = [h.ref for h in handles]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        return len(ready) == len(refs)
+
+    # ---- lifecycle -----------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Kill the actors and release the pool (its placement groups go when no group uses them). Idempotent."""
+        actors, self._actors = self._actors, None
+        if actors is None:
+            return
+        for actor in actors:
+            with contextlib.suppress(Exception):  # an actor that is already gone needs no kill
+                ray.kill(actor, no_restart=True)
+        self._pool._release()
+
+    def __enter__(self) -> RayWorkerGroup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        state = "" if self._actors else " (shut down)"
+        return f"<RayWorkerGroup {self.worker_class_name} world_size={self._world_size}{state}>"
