@@ -82,8 +82,13 @@ def verl_rollout_engines() -> list:
 
 @hookimpl
 def verl_checkpoint_engines() -> list:
-    """``colocated``: trainer -> rollout weight hand-over inside one process (no disk, no copy when shared)."""
+    """``colocated``: trainer -> rollout weight hand-over inside one process (no disk, no copy when shared);
+    ``broadcast``: bucketed torch.distributed broadcast to separate rollout processes (gloo/nccl/hccl)."""
     from verl.engines.reference.builders import build_colocated_checkpoint_engine
+    from verl.engines.sync.broadcast import BroadcastOptions, build_broadcast_checkpoint_engine
     from verl.plugins.specs import CheckpointEngineSpec
 
-    return [CheckpointEngineSpec(name="colocated", factory=build_colocated_checkpoint_engine)]
+    return [
+        CheckpointEngineSpec(name="colocated", factory=build_colocated_checkpoint_engine),
+        CheckpointEngineSpec(name="broadcast", factory=build_broadcast_checkpoint_engine, options_cls=BroadcastOptions),
+    ]
