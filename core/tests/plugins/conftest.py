@@ -32,6 +32,21 @@ def fake_dist(tmp_path, monkeypatch) -> Iterator[Callable[..., None]]:
     monkeypatch.syspath_prepend(str(root))
     created: list[str] = []
 
+    # Plugins really installed in this environment (e.g. verl-fsdp in a dev venv) must not leak into
+    # tests that count plugins: discovery sees core's built-in and this fixture's distributions only.
+    from verl.plugins import discovery, manager
+
+    real = discovery.iter_entry_points
+
+    def only_fakes() -> list:
+        return [
+            ep
+            for ep in real()
+            if ep.value.strip() == discovery.BUILTIN_MODULE or str(root) in str(getattr(ep.dist, "_path", ""))
+        ]
+
+    monkeypatch.setattr(manager, "iter_entry_points", only_fakes)
+
     def make(dist: str, version: str = "1.0", *, entry_points: dict[str, str], modules: dict[str, str]) -> None:
         info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir()

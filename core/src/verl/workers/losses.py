@@ -68,12 +68,15 @@ def make_ppo_loss(actor: Any) -> LossFn:
         # Ratio-type metrics are per-micro means: weight them by the micro-batch's token share.
         share = float(mask.sum()) / max(1, int(norm["batch_num_tokens"]))
         metrics = {key: float(value) * share for key, value in pg_metrics.items()}
-        metrics["actor/pg_loss"] = float(pg_loss.detach())
-        metrics["actor/loss"] = float(loss.detach())
+        # Loss terms carry agg_loss's x dp_size (it undoes the DP gradient averaging); without it they
+        # are this rank's additive share of the global value, so the sum over ranks is that value.
+        dp = int(norm.get("dp_size", 1))
+        metrics["actor/pg_loss"] = float(pg_loss.detach()) / dp
+        metrics["actor/loss"] = float(loss.detach()) / dp
         if entropy is not None:
-            metrics["actor/entropy_loss"] = float(entropy.detach())
+            metrics["actor/entropy_loss"] = float(entropy.detach()) / dp
         if kl_loss is not None:
-            metrics["actor/kl_loss"] = float(kl_loss.detach())
+            metrics["actor/kl_loss"] = float(kl_loss.detach()) / dp
             metrics["actor/kl_coef"] = float(actor.kl_loss_coef) * share
         return loss, metrics
 

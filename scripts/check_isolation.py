@@ -1,0 +1,89 @@
+"""Checks run by ``nox -s "isolation(<plugin>)"``: an environment with only verl-core and one plugin.
+
+    python scripts/check_isolation.py fsdp plugins/verl-fsdp
+
+1. ``import verl`` imports neither torch, ray nor the plugin (cheap import, plugins load lazily);
+2. ``verl plugins --json`` lists exactly core's built-ins and this plugin, with no load failure;
+3. selecting the plugin's backend loads a valid config (``verl config show ...`` exits 0);
+4. selecting a backend of a plugin that is not installed fails with exit code 2 and names the
+   distribution to install.
+
+Exits 1 with one line per failed check.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+# plugin -> (its distribution, its import package, override selecting it, (override of another plugin, its dist))
+PLUGINS: dict[str, tuple[str, str, str, tuple[str, str]]] = {
+    "fsdp": (
+        "verl-fsdp",
+        "verl_fsdp",
+        "actor_rollout_ref.actor.strategy=fsdp",
+        ("actor_rollout_ref.actor.strategy=megatron", "verl-megatron"),
+    ),
+    "vllm": (
+        "verl-vllm",
+        "verl_vllm",
+        "actor_rollout_ref.rollout.name=vllm",
+        ("actor_rollout_ref.rollout.name=sglang", "verl-sglang"),
+    ),
+}
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 1 or argv[0] not in PLUGINS:
+        print(f"usage: check_isolation.py <{'|'.join(PLUGINS)}> [folder]", file=sys.stderr)
+        return 2
+    dist, package, select, (other, other_dist) = PLUGINS[argv[0]]
+    failures: list[str] = []
+
+    modules = ("torch", "ray", package)
+    probe = _run("-c", f"import sys, verl; print(','.join(m for m in {modules!r} if m in sys.modules))")
+    if probe.returncode != 0 or probe.stdout.strip():
+        failures.append(f"import verl pulled in: {probe.stdout.strip() or probe.stderr.strip()}")
+    else:
+        print(f"ok: import verl imports none of torch, ray, {package}")
+
+    listing = _run("-m", "verl.cli.main", "plugins", "--json")
+    if listing.returncode != 0:
+        failures.append(f"verl plugins --json failed: {listing.stderr.strip()}")
+    else:
+        report = json.loads(listing.stdout)
+        dists = sorted(p["distribution"] for p in report["plugins"])
+        if dists != sorted(["verl-core", dist]):
+            failures.append(f"verl plugins lists {dists}, expected exactly verl-core and {dist}")
+        elif report.get("failures"):
+            failures.append(f"plugin load failures: {report['failures']}")
+        else:
+            print(f"ok: verl plugins lists exactly verl-core and {dist}")
+
+    chosen = _run("-m", "verl.cli.main", "config", "show", select)
+    if chosen.returncode != 0:
+        failures.append(f"verl config show {select} exited {chosen.returncode}: {chosen.stderr.strip()}")
+    else:
+        print(f"ok: {select} loads")
+
+    missing = _run("-m", "verl.cli.main", "config", "show", other)
+    if missing.returncode != 2 or f"pip install {other_dist}" not in missing.stderr:
+        failures.append(
+            f"verl config show {other}: expected exit 2 naming 'pip install {other_dist}', got "
+            f"{missing.returncode}: {missing.stderr.strip()}"
+        )
+    else:
+        print(f"ok: {other} names the missing distribution ({other_dist})")
+
+    for line in failures:
+        print(f"FAIL: {line}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
