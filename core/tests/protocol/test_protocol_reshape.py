@@ -244,3 +244,11 @@ def test_collate_fn_rebuilds_rows():
     assert out.non_tensor_batch["uid"].dtype == object
     with pytest.raises(DataProtoError):
         collate_fn([])
+
+
+def test_concat_keeps_the_slowest_parts_timing_per_stage() -> None:
+    # Parts computed in parallel on two ranks: the stage took as long as its slowest rank.
+    a = DataProto.from_dict(tensors={"x": torch.zeros(1)}, meta_info={"timing": {"gen": 1.5, "only_a": 0.2}})
+    b = DataProto.from_dict(tensors={"x": torch.ones(1)}, meta_info={"timing": {"gen": 2.25}})
+    merged = DataProto.concat([a, b])
+    assert merged.meta_info["timing"] == {"gen": 2.25, "only_a": 0.2}

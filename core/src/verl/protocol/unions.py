@@ -27,6 +27,8 @@ __all__ = [
 
 #: meta_info key whose values are gathered (not required to agree) when DataProtos are concatenated.
 METRICS_KEY = "metrics"
+#: meta_info key of per-stage wall times (seconds); concatenation keeps the slowest part's value.
+TIMING_KEY = "timing"
 
 
 def union_tensor_dict(tensor_dict1: TensorDictBase, tensor_dict2: TensorDictBase) -> TensorDictBase:
@@ -121,6 +123,8 @@ def merge_meta_info(meta_infos: Iterable[Mapping], where: str = "concat") -> dic
         ``{"loss": [0.1, 0.2]}`` and ``{"loss": [0.1, 0.2]}`` + ``{"loss": [0.3]}`` gives
         ``{"loss": [0.1, 0.2, 0.3]}`` (verl would nest the latter as ``[[0.1, 0.2], [0.3]]``). The key is
         present in the result iff some part has non-``None`` metrics.
+      * ``meta_info["timing"]`` (``{stage: seconds}``, wall time of parts that ran in parallel on
+        different ranks) keeps each stage's maximum: the slowest rank is the stage's wall time.
       * Every other key is taken from the parts that have it; all of them must agree (:func:`deep_equal`).
 
     Raises:
@@ -136,6 +140,11 @@ def merge_meta_info(meta_infos: Iterable[Mapping], where: str = "concat") -> dic
                 if value is not None:
                     metrics = {} if metrics is None else metrics
                     _gather_metrics(metrics, value, index, where)
+            elif key == TIMING_KEY and isinstance(value, Mapping) and isinstance(merged.get(key, {}), Mapping):
+                timing = dict(merged.get(key, {}))
+                for stage, seconds in value.items():
+                    timing[stage] = max(timing[stage], seconds) if stage in timing else seconds
+                merged[key] = timing
             elif key not in merged:
                 merged[key] = value
                 origin[key] = index
