@@ -1,0 +1,82 @@
+"""Factory of the ``fsdp`` training engine: reads the run config like the reference builder.
+
+Kept free of torch imports at module level (the plugin hook imports it when listing engines).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def build_fsdp_training_engine(
+    config: Any, *, role: str, model: Any, total_training_steps: int = 1, device: Any = "cpu", world_size: int = 1
+) -> Any:
+    """Build the ``actor`` (trainable) or ``ref`` (forward-only) :class:`verl_fsdp.engine.FSDPTrainingEngine`.
+
+    Args:
+        config: resolved :class:`verl.config.RootConfig`; options from
+            ``actor_rollout_ref.actor.engine_kwargs.fsdp``, bucket size from
+            ``actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes``.
+        role: ``"actor"`` or ``"ref"``.
+        model: resolved HF folder (or a live module).
+        total_training_steps: LR-schedule horizon.
+        device: this rank's torch device (from the platform).
+        world_size: data-parallel size; the per-rank mini-batch is ``ppo_mini_batch_size * n / world_size``.
+            It must equal the process group's size (the group is joined here if not yet initialised).
+
+    Raises:
+        ValueError: unknown role, or ``world_size`` differs from the process group's size.
+    """
+    import torch.distributed as dist
+
+    from verl.engines.reference.training import EngineSettings
+    from verl_fsdp.dist import ensure_process_group
+    from verl_fsdp.engine import DIST_BACKENDS, FSDPTrainingEngine
+    from verl_fsdp.options import read_options
+
+    arr = config.actor_rollout_ref
+    actor, rollout, ref = arr.actor, arr.rollout, arr.ref
+    opts = read_options(config)
+    if role == "actor":
+        settings = EngineSettings(
+            mini_batch_size=actor.ppo_mini_batch_size * rollout.n // world_size,
+            micro_batch_size=actor.ppo_micro_batch_size_per_gpu,
+            use_dynamic_bsz=actor.use_dynamic_bsz,
+            max_token_len=actor.ppo_max_token_len_per_gpu,
+            ppo_epochs=actor.ppo_epochs,
+            shuffle=actor.shuffle,
+            data_loader_seed=actor.data_loader_seed,
+            infer_micro_batch_size=rollout.log_prob_micro_batch_size_per_gpu,
+            infer_use_dynamic_bsz=rollout.log_prob_use_dynamic_bsz,
+            infer_max_token_len=rollout.log_prob_max_token_len_per_gpu,
+            clip_grad=actor.optim.clip_grad,
+            dtype=opts.model_dtype,
+            gradient_checkpointing=arr.model.enable_gradient_checkpointing,
+        )
+        optim = actor.optim
+    elif role == "ref":
+        settings = EngineSettings(
+            infer_micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
+            infer_use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
+            infer_max_token_len=ref.log_prob_max_token_len_per_gpu,
+            dtype=opts.model_dtype,
+        )
+        optim = None
+    else:
+        raise ValueError(f"fsdp training engine: role must be 'actor' or 'ref', got {role!r}")
+    device_type = getattr(device, "type", str(device).split(":")[0])
+    ensure_process_group(DIST_BACKENDS.get(device_type, "gloo"))
+    if dist.get_world_size() != world_size:
+        raise ValueError(
+            f"fsdp training engine: world_size={world_size} but the process group has {dist.get_world_size()} ranks; "
+            "the worker group and torch.distributed must agree"
+        )
+    return FSDPTrainingEngine(
+        model,
+        settings,
+        options=opts,
+        optim=optim,
+        total_training_steps=total_training_steps,
+        device=device,
+        bucket_megabytes=rollout.checkpoint_engine.update_weights_bucket_megabytes,
+    )

@@ -1,0 +1,187 @@
+"""Two-rank FSDP scenarios run as a script by the tests (``python fsdp_scenarios.py OUT_DIR``).
+
+Each rank (``RANK``/``WORLD_SIZE``/``MASTER_*`` set by the launcher in ``conftest.py``) takes its half of
+the global batch of :func:`make_batch`, runs every scenario and writes ``OUT_DIR/rank<R>.pt``; the
+tests compare those results with a single-process ``ReferenceTrainingEngine`` on the full batch.
+Not collected by pytest (no ``test_`` prefix); the tests also import its helpers by path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from verl.algorithms import agg_loss
+from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine
+from verl.protocol import DataProto
+from verl.testing.tiny import make_tiny_model
+
+PROMPT_LEN, RESP_LEN, ROWS = 6, 8, 8
+# Rows 0-3 (rank 0) have long responses, rows 4-7 (rank 1) short ones and one empty one, so
+# per-rank token means differ from the global token mean and dynamic plans differ in length.
+PROMPT_LENS = [6, 5, 4, 6, 2, 3, 1, 2]
+RESP_LENS = [8, 7, 6, 8, 1, 0, 2, 1]
+TEMPERATURE = 0.7
+STEPS = 3
+MODEL_SEED = 1
+
+
+def make_batch(seed: int = 0) -> DataProto:
+    """The global batch: left-padded prompts, right-padded responses, advantages and old log-probs."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.full((ROWS, PROMPT_LEN), 3)
+    responses = torch.full((ROWS, RESP_LEN), 3)
+    pmask = torch.zeros(ROWS, PROMPT_LEN, dtype=torch.long)
+    rmask = torch.zeros(ROWS, RESP_LEN, dtype=torch.long)
+    for i in range(ROWS):
+        prompts[i, PROMPT_LEN - PROMPT_LENS[i] :] = torch.randint(4, 100, (PROMPT_LENS[i],), generator=g)
+        pmask[i, PROMPT_LEN - PROMPT_LENS[i] :] = 1
+        responses[i, : RESP_LENS[i]] = torch.randint(4, 100, (RESP_LENS[i],), generator=g)
+        rmask[i, : RESP_LENS[i]] = 1
+    attention_mask = torch.cat([pmask, rmask], dim=1)
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+            "response_mask": rmask,
+            "advantages": torch.randn(ROWS, RESP_LEN, generator=g) * rmask,
+            "old_log_probs": (-3.0 - torch.rand(ROWS, RESP_LEN, generator=g)) * rmask,
+        },
+        meta_info={"temperature": TEMPERATURE},
+    )
+
+
+def token_mean_loss(micro, outputs, norm):
+    """-A * log p aggregated by token-mean with the global normalisers; metric = additive contribution."""
+    mask = micro.batch["response_mask"]
+    loss = agg_loss(-micro.batch["advantages"] * outputs["log_probs"], mask, "token-mean", **norm)
+    return loss, {"test/loss": float(loss.detach()) / norm["dp_size"]}
+
+
+token_mean_loss.needs_entropy = False
+
+
+def optim(lr: float = 1e-2) -> SimpleNamespace:
+    return SimpleNamespace(lr=lr, betas=(0.9, 0.999), weight_decay=0.01, lr_warmup_steps=0)
+
+
+def settings(**kw) -> EngineSettings:
+    """Per-rank settings for a global mini-batch of ``ROWS`` rows (the reference passes ``ROWS``)."""
+    return EngineSettings(**{"mini_batch_size": ROWS // 2, "micro_batch_size": 2, "clip_grad": 1.0, **kw})
+
+
+def train(engine, data, loss_fn, steps: int = STEPS) -> list[dict]:
+    return [engine.train_batch(data, loss_fn) for _ in range(steps)]
+
+
+def weights(engine) -> dict[str, torch.Tensor]:
+    return {name: t.detach().cpu().clone() for name, t in engine.iter_weights()}
+
+
+def ppo_config(model_path: str, strategy: str):
+    from verl.config import load_config
+
+    return load_config(
+        overrides=[
+            f"actor_rollout_ref.model.path={model_path}",
+            f"actor_rollout_ref.actor.strategy={strategy}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={ROWS}",
+            "actor_rollout_ref.rollout.n=1",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.actor.optim.lr=1e-2",
+            "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=3",
+        ]
+    )
+
+
+def run(out: Path) -> None:
+    import torch.distributed as dist
+    from verl_fsdp.builder import build_fsdp_training_engine
+    from verl_fsdp.dist import ensure_process_group
+    from verl_fsdp.engine import FSDPTrainingEngine
+    from verl_fsdp.options import FSDPEngineOptions
+
+    from verl.workers.losses import make_ppo_loss
+
+    ensure_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert world == 2, world
+    half = ROWS // world
+    local = make_batch()[rank * half : (rank + 1) * half]
+    res: dict = {}
+
+    def engine(opts=None, **kw):
+        return FSDPTrainingEngine(
+            make_tiny_model(seed=MODEL_SEED), settings(**kw), options=opts, optim=optim(), total_training_steps=10
+        )
+
+    # 1. log-probs (+ entropy) with fixed and with token-budget micro-batches; 2 vs 1 micro-batches per rank.
+    eng = engine(infer_micro_batch_size=1)
+    res["logp"] = eng.compute_log_prob(local, calculate_entropy=True).batch.to_dict()
+    eng = engine(infer_use_dynamic_bsz=True, infer_max_token_len=28)
+    res["logp_dynamic"] = eng.compute_log_prob(local).batch["old_log_probs"]
+    # 2. training: 2 and 4 micro-batches per rank, and token-budget plans of different lengths per rank.
+    for name, kw in {
+        "micro2": {"micro_batch_size": 2},
+        "micro1": {"micro_batch_size": 1},
+        "dynamic": {"use_dynamic_bsz": True, "max_token_len": 28},
+    }.items():
+        eng = engine(**kw)
+        plan_args = {"use_dynamic": kw.get("use_dynamic_bsz", False), "micro": kw.get("micro_batch_size", 2)}
+        plan_args["max_tokens"] = kw.get("max_token_len", 16384)
+        res[f"{name}_plan_len"] = len(eng._plan(local, **plan_args))  # after equalising over ranks
+        res[f"{name}_local_plan_len"] = len(ReferenceTrainingEngine._plan(local, **plan_args))
+        res[f"{name}_metrics"] = train(eng, local, token_mean_loss)
+        eng.bucket_bytes = 4096  # several all-gather buckets for the tiny model
+        res[f"{name}_weights"] = weights(eng)
+    # 3. HSDP mesh (replicate 2 x shard 1) follows the same math.
+    eng = engine(FSDPEngineOptions(fsdp_size=1))
+    res["hsdp_mesh"] = list(eng.mesh.shape)
+    res["hsdp_metrics"] = train(eng, local, token_mean_loss)
+    res["hsdp_weights"] = weights(eng)
+    # 4. the real PPO loss through the plugin's factory (gradient checkpointing on, seq-mean-token-mean).
+    model_dir = out / "tiny_model"
+    if rank == 0:
+        make_tiny_model(seed=MODEL_SEED).save_pretrained(str(model_dir))
+    dist.barrier()
+    cfg = ppo_config(str(model_dir), "fsdp")
+    eng = build_fsdp_training_engine(cfg, role="actor", model=str(model_dir), total_training_steps=10, world_size=2)
+    res["ppo_metrics"] = train(eng, local, make_ppo_loss(cfg.actor_rollout_ref.actor))
+    res["ppo_weights"] = weights(eng)
+    ref = build_fsdp_training_engine(cfg, role="ref", model=str(model_dir), world_size=2)
+    res["ref_logp"] = ref.compute_log_prob(local).batch["old_log_probs"]
+    # 5. checkpoints: DCP and sharded state_dict round trips into fresh engines with other weights.
+    eng = engine()
+    train(eng, local, token_mean_loss, steps=1)
+    eng.save_checkpoint(out / "dcp")
+    torch.save(eng.state_dict(), out / f"sharded_rank{rank}.pt")
+    res["ckpt_weights"] = weights(eng)
+    res["after_metrics"] = train(eng, local, token_mean_loss, steps=1)
+    res["after_weights"] = weights(eng)
+    for how in ("dcp", "state_dict"):
+        fresh = FSDPTrainingEngine(make_tiny_model(seed=7), settings(), optim=optim(), total_training_steps=10)
+        if how == "dcp":
+            fresh.load_checkpoint(out / "dcp")
+        else:
+            fresh.load_state_dict(torch.load(out / f"sharded_rank{rank}.pt", weights_only=False))
+        res[f"{how}_loaded_weights"] = weights(fresh)
+        res[f"{how}_global_step"] = fresh.global_step
+        res[f"{how}_resumed_metrics"] = train(fresh, local, token_mean_loss, steps=1)
+        res[f"{how}_resumed_weights"] = weights(fresh)
+    eng.save_hf(out / "hf", tokenizer=None)
+    torch.save(res, out / f"rank{rank}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    run(Path(sys.argv[1]))
+    os._exit(0)

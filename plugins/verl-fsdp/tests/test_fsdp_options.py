@@ -1,0 +1,128 @@
+"""Options, config integration and the single-process (1-rank group) path of the fsdp engine."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from verl.config import ConfigError, load_config
+from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine
+from verl.testing.tiny import make_tiny_model
+
+
+def test_half_configured_rendezvous_is_an_error(monkeypatch):
+    from verl_fsdp.dist import ensure_process_group
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    monkeypatch.setenv("RANK", "0")
+    for key in ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(RuntimeError, match="MASTER_ADDR"):
+        ensure_process_group("gloo")
+
+
+def test_plugin_is_registered():
+    from verl_fsdp.options import FSDPEngineOptions
+
+    from verl.plugins import get_plugin_manager
+
+    spec = get_plugin_manager().get("training_engine", "fsdp")
+    assert spec.options_cls is FSDPEngineOptions
+    assert spec.devices == ("cpu", "cuda", "npu")
+
+
+def test_unknown_option_is_a_config_error_naming_the_key():
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.engine_kwargs\.fsdp\.bogus"):
+        load_config(
+            overrides=["actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.actor.engine_kwargs.fsdp.bogus=1"]
+        )
+
+
+def test_bad_dtype_is_a_config_error():
+    with pytest.raises(ConfigError, match="param_dtype"):
+        load_config(
+            overrides=[
+                "actor_rollout_ref.actor.strategy=fsdp",
+                "actor_rollout_ref.actor.engine_kwargs.fsdp.mixed_precision.param_dtype=int8",
+            ]
+        )
+
+
+def test_options_are_read_from_engine_kwargs():
+    from verl_fsdp.options import FSDPEngineOptions, MixedPrecisionOptions, read_options
+
+    cfg = load_config(
+        overrides=[
+            "actor_rollout_ref.actor.strategy=fsdp",
+            "actor_rollout_ref.actor.engine_kwargs.fsdp.mixed_precision.param_dtype=bf16",
+            "actor_rollout_ref.actor.engine_kwargs.fsdp.fsdp_size=2",
+            "actor_rollout_ref.actor.engine_kwargs.fsdp.reshard_after_forward=false",
+        ]
+    )
+    opts = read_options(cfg)
+    assert opts == FSDPEngineOptions(
+        mixed_precision=MixedPrecisionOptions(param_dtype="bf16"), fsdp_size=2, reshard_after_forward=False
+    )
+    assert read_options(load_config(overrides=["actor_rollout_ref.actor.strategy=fsdp"])) == FSDPEngineOptions()
+    with pytest.raises(ValueError, match="fsdp_size"):
+        FSDPEngineOptions(fsdp_size=0)
+
+
+def test_fsdp_size_must_divide_world_size():
+    from verl_fsdp.engine import build_mesh
+
+    with pytest.raises(ValueError, match="fsdp_size=3 must divide the world size 4"):
+        build_mesh("cpu", 4, 3)
+
+
+def test_factory_checks_role_and_world_size():
+    from verl_fsdp.builder import build_fsdp_training_engine
+
+    cfg = load_config(overrides=["actor_rollout_ref.actor.strategy=fsdp"])
+    with pytest.raises(ValueError, match="role"):
+        build_fsdp_training_engine(cfg, role="critic", model="unused")
+    with pytest.raises(ValueError, match="world_size=2"):
+        build_fsdp_training_engine(cfg, role="ref", model="unused", world_size=2)
+
+
+def _optim():
+    return SimpleNamespace(lr=1e-2, betas=(0.9, 0.999), weight_decay=0.01, lr_warmup_steps=0)
+
+
+def test_single_process_engine_matches_reference_and_notices_once(caplog, monkeypatch, scenarios, two_rank_results):
+    """A lone process gets a 1-rank group; param_offload on cpu is logged once, then the math is the reference's."""
+    import verl_fsdp.engine as engine_mod
+    from verl_fsdp.engine import FSDPTrainingEngine
+    from verl_fsdp.options import FSDPEngineOptions
+
+    monkeypatch.setattr(engine_mod, "_NOTICED", set())
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    settings = EngineSettings(mini_batch_size=8, micro_batch_size=3, infer_micro_batch_size=5)
+    opts = FSDPEngineOptions(param_offload=True)
+    with caplog.at_level(logging.WARNING, logger="verl_fsdp.engine"):
+        fsdp = FSDPTrainingEngine(make_tiny_model(seed=1), settings, options=opts, optim=_optim())
+        FSDPTrainingEngine(make_tiny_model(seed=1), settings, options=opts)
+    notices = [r for r in caplog.records if "param_offload" in r.getMessage()]
+    assert len(notices) == 1 and "no effect on the cpu device" in notices[0].getMessage()
+    assert dist.get_world_size() == 1
+    ref = ReferenceTrainingEngine(make_tiny_model(seed=1), settings, optim=_optim())
+    data = scenarios.make_batch()
+    got = fsdp.compute_log_prob(data).batch["old_log_probs"]
+    want = ref.compute_log_prob(data).batch["old_log_probs"]
+    assert torch.allclose(got, want, atol=1e-5, rtol=0)
+    m_got = fsdp.train_batch(data, scenarios.token_mean_loss)
+    m_want = ref.train_batch(data, scenarios.token_mean_loss)
+    assert m_got["actor/grad_norm"][0] == pytest.approx(m_want["actor/grad_norm"][0], rel=1e-5)
+    w_got = dict(fsdp.iter_weights())
+    for name, tensor in ref.iter_weights():
+        assert torch.allclose(w_got[name], tensor, atol=1e-5, rtol=0), name
+    # A checkpoint of 2 ranks cannot resume a 1-rank run (LR/counter files are per rank).
+    out, _ = two_rank_results
+    with pytest.raises(ValueError, match="saved by 2 ranks but this run has world_size=1"):
+        fsdp.load_checkpoint(out / "dcp")
