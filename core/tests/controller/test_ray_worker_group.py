@@ -70,7 +70,15 @@ class Probe(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def env(self):
-        keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+        keys = (
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "VERL_TEST_JOB_VAR",
+        )
         return {key: os.environ.get(key) for key in keys}, (self.rank, self.world_size, self.get_master_addr_port())
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -103,9 +111,10 @@ class Probe(Worker):
 
 class Mortal(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def die_on(self, rank):
+    def die_on(self, rank, others_sleep=0.0):
         if self.rank == rank:
             os._exit(1)
+        time.sleep(others_sleep)
         return self.rank
 
 
@@ -166,7 +175,7 @@ def batch(n):
 
 @pytest.fixture(scope="module")
 def ray_runtime():
-    init_ray({"num_cpus": 2})
+    init_ray({"num_cpus": 2, "runtime_env": {"env_vars": {"VERL_TEST_JOB_VAR": "on"}}})
     yield
     ray.shutdown()
 
@@ -239,6 +248,7 @@ def test_workers_see_rank_env_and_master_address(groups):
     assert (env0["RANK"], env1["RANK"]) == ("0", "1")
     assert {env0["WORLD_SIZE"], env1["WORLD_SIZE"], env0["LOCAL_WORLD_SIZE"]} == {"2"}
     assert (env0["LOCAL_RANK"], env1["LOCAL_RANK"]) == ("0", "1")
+    assert env0["VERL_TEST_JOB_VAR"] == env1["VERL_TEST_JOB_VAR"] == "on"  # job env merged with the rank env
     assert env0["MASTER_ADDR"] == env1["MASTER_ADDR"] == wg.master_addr == ray.util.get_node_ip_address()
     assert env0["MASTER_PORT"] == env1["MASTER_PORT"] == str(wg.master_port)
     assert id0 == (0, 2, (wg.master_addr, wg.master_port)) and id1[:2] == (1, 2)
@@ -290,8 +300,13 @@ def test_non_blocking_method_returns_future_and_timeout_names_method(groups):
 def test_dead_worker_process_becomes_worker_error_saying_it_died(ray_runtime):
     pool = small_pool()
     with RayWorkerGroup(pool, ClassWithInitArgs(Mortal)) as wg:
+        with pytest.raises(ValueError, match="max_colocate_count"):  # one group per bundle by default
+            RayWorkerGroup(pool, ClassWithInitArgs(Mortal))
+        start = time.monotonic()
         with pytest.raises(WorkerError) as info:
-            wg.execute_all_async("die_on", 1).get(timeout=60)
+            # rank 0 stays busy for 8 s: the failure is reported after the 2 s grace, without rank 0
+            wg.execute_all_async("die_on", 1, others_sleep=8.0).get(timeout=60)
+        assert time.monotonic() - start < 7
         err = info.value
         assert (err.worker_class, err.rank, err.method_name, err.failed_ranks) == ("Mortal", 1, "die_on", (1,))
         assert "died" in str(err) and "Mortal.die_on failed on rank 1" in str(err)
@@ -343,15 +358,16 @@ def test_too_large_placement_fails_fast_with_requested_and_available(ray_runtime
 
 
 def test_pool_bundles_and_actor_resources_follow_the_platform():
-    class FakeGpu:
-        ray_resource_name = "GPU"
+    from verl.platform.cuda import CudaPlatform
 
     pool = RayResourcePool([2, 2], cpus_per_worker=2.0, max_colocate_count=2)
     assert pool.world_size == 4 and pool.bundle() == {"CPU": 4.0}
+    assert pool.actor_options() == {"num_cpus": 2.0}
     assert pool.layout() == [(0, 0, 0, 2), (0, 1, 1, 2), (1, 0, 0, 2), (1, 1, 1, 2)]
-    pool.platform = FakeGpu()
-    assert pool.bundle() == {"GPU": 1.0, "CPU": 4.0}
-    assert pool.actor_options() == {"num_cpus": 2.0, "num_gpus": 0.5}
+    gpu_pool = RayResourcePool([2], platform=CudaPlatform(), cpus_per_worker=2.0, max_colocate_count=2)
+    # a bundle: 1 GPU + cpus_per_worker * max_colocate_count CPUs; an actor: half the GPU, 2 CPUs
+    assert gpu_pool.bundle() == {"GPU": 1.0, "CPU": 4.0}
+    assert gpu_pool.actor_options() == {"num_cpus": 2.0, "num_gpus": 0.5}
     with pytest.raises(ValueError, match=r"process_on_nodes\[1\]=0"):
         RayResourcePool([2, 0])
     with pytest.raises(ValueError, match="cpus_per_worker"):
@@ -390,6 +406,14 @@ def test_init_ray_starts_a_small_local_cluster_with_overrides(captured_init):
     captured_init.clear()
     init_ray()
     assert captured_init[0]["num_cpus"] == os.cpu_count()
+
+
+def test_init_ray_address_local_starts_a_cluster_with_the_local_defaults(captured_init, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/src")
+    init_ray({"address": "local"})
+    (kwargs,) = captured_init
+    assert kwargs["address"] == "local" and kwargs["num_cpus"] == os.cpu_count()
+    assert kwargs["runtime_env"] == {"env_vars": {"PYTHONPATH": "/src"}}
 
 
 def test_init_ray_is_a_no_op_when_ray_is_running(captured_init, monkeypatch):

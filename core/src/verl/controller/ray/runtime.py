@@ -28,9 +28,9 @@ def init_ray(ray_init: Mapping[str, Any] | None = None) -> None:
             defaults below key by key (a ``None`` value is passed to Ray as is). ``runtime_env`` is merged:
             its ``env_vars`` win over the propagated driver variables.
 
-    With ``ray_init["address"]`` or the environment variable ``RAY_ADDRESS`` set, joins that cluster
-    (only ``address``, ``logging_level=WARNING``, ``log_to_driver=True`` and the runtime env are
-    defaulted: a cluster's size is the cluster's). Otherwise starts a quiet local cluster:
+    With ``ray_init["address"]`` or the environment variable ``RAY_ADDRESS`` set (other than ``"local"``),
+    joins that cluster (only ``address``, ``logging_level=WARNING``, ``log_to_driver=True`` and the runtime
+    env are defaulted: a cluster's size is the cluster's). Otherwise starts a quiet local cluster:
     ``num_cpus=os.cpu_count()``, ``object_store_memory`` = :data:`DEFAULT_OBJECT_STORE_BYTES`,
     ``include_dashboard=False``. The variables of :data:`PROPAGATED_ENV_VARS` that are set in the driver
     reach the workers through ``runtime_env={"env_vars": ...}``.
@@ -49,7 +49,7 @@ def init_ray(ray_init: Mapping[str, Any] | None = None) -> None:
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     if address:
         kwargs["address"] = address
-    else:
+    if not address or address == "local":  # "local": Ray's spelling for "start a new cluster here"
         kwargs.update(
             num_cpus=os.cpu_count() or 1, object_store_memory=DEFAULT_OBJECT_STORE_BYTES, include_dashboard=False
         )

@@ -91,10 +91,17 @@ class RayWorkerGroup(WorkerGroup):
     Results, dispatch and errors match :class:`~verl.controller.LocalWorkerGroup`; calls on different
     ranks run in parallel, calls on one (synchronous) actor run in submission order.
 
+    Known differences from the in-process group: arguments and results are serialised (a worker cannot
+    mutate the driver's objects); a constructor failure is reported with a :class:`WorkerDiedError` cause
+    (Ray keeps only its text); a class with ``async def`` methods becomes a Ray async actor, whose calls
+    may interleave; on GPU nodes Ray sets ``CUDA_VISIBLE_DEVICES`` to the actor's device, so a worker
+    should use device 0 of what it sees rather than ``LOCAL_RANK``.
+
     Raises:
-        TypeError: wrong argument types. ValueError: ``platform`` uses another resource than the pool.
-        PlacementError: the pool cannot be placed. WorkerError: a constructor raised or its process died
-        (method ``__init__``). TimeoutError: constructors did not finish within ``init_timeout_s``.
+        TypeError: wrong argument types. ValueError: ``platform`` uses another resource than the pool, or
+        the pool already hosts ``max_colocate_count`` groups. PlacementError: the pool cannot be placed.
+        WorkerError: a constructor raised or its process died (method ``__init__``).
+        TimeoutError: constructors did not finish within ``init_timeout_s``.
     """
 
     def __init__(
@@ -113,6 +120,12 @@ class RayWorkerGroup(WorkerGroup):
             raise TypeError(
                 f"RayWorkerGroup needs a ClassWithInitArgs, got {type(cls_with_init).__name__}; "
                 "wrap the class: RayWorkerGroup(pool, ClassWithInitArgs(MyWorker, *init_args))"
+            )
+        if resource_pool._users >= resource_pool.max_colocate_count:
+            raise ValueError(
+                f"{resource_pool!r} already hosts {resource_pool._users} worker group(s), its max_colocate_count; "
+                "shut one down, build the pool with a larger max_colocate_count, or colocate the roles in one "
+                "group (create_colocated_worker_cls)"
             )
         if platform is not None and platform.ray_resource_name != resource_pool.resource_name:
             raise ValueError(
@@ -198,8 +211,6 @@ class RayWorkerGroup(WorkerGroup):
         pending = [h.ref for h in handles]
         while pending:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            if errors:  # one rank failed: give the others a short grace, then report
-                remaining = ERROR_GRACE_S if remaining is None else min(remaining, ERROR_GRACE_S)
             ready, pending = ray.wait(pending, num_returns=1, timeout=remaining)
             if not ready:
                 if errors:
@@ -214,6 +225,9 @@ class RayWorkerGroup(WorkerGroup):
                 try:
                     values[i] = ray.get(ref)
                 except RayError as err:
+                    if not errors:  # first failure: the other ranks get a short grace, then it is reported
+                        grace_end = time.monotonic() + ERROR_GRACE_S
+                        deadline = grace_end if deadline is None else min(deadline, grace_end)
                     errors[i] = self._map_error(handles[i], err)
         if errors:
             first = min(errors, key=lambda i: handles[i].rank)
