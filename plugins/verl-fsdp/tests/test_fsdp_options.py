@@ -126,3 +126,35 @@ def test_single_process_engine_matches_reference_and_notices_once(caplog, monkey
     out, _ = two_rank_results
     with pytest.raises(ValueError, match="saved by 2 ranks but this run has world_size=1"):
         fsdp.load_checkpoint(out / "dcp")
+
+
+def test_iter_weights_gathers_in_buckets_and_empty_batch_leaves_weights(monkeypatch, scenarios):
+    """Small buckets -> several all-gather rounds, same tensors; a batch without response tokens
+    changes no weight and reports grad norm 0 (as the reference, whose optimizer sees no gradient)."""
+    from verl_fsdp.engine import FSDPTrainingEngine
+
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    engine = FSDPTrainingEngine(
+        make_tiny_model(seed=1), EngineSettings(mini_batch_size=8, micro_batch_size=4), optim=_optim()
+    )
+    engine.bucket_bytes = 4096
+    rounds = []
+    original = engine._gather
+    monkeypatch.setattr(engine, "_gather", lambda bucket: rounds.append(len(bucket)) or original(bucket))
+    before = dict(engine.iter_weights())
+    hf = make_tiny_model(seed=1).state_dict()
+    assert list(before) == list(hf) and sum(rounds) == len(hf) and len(rounds) > 2
+    assert all(torch.equal(before[k], hf[k]) for k in hf)
+
+    data = scenarios.make_batch()
+    data.batch["response_mask"].zero_()
+    data.batch["attention_mask"][:, scenarios.PROMPT_LEN :] = 0
+    metrics = engine.train_batch(data, scenarios.token_mean_loss)
+    assert metrics["actor/grad_norm"] == [0.0] and metrics["actor/skipped_steps"] == [0.0]
+    after = dict(engine.iter_weights())
+    assert all(torch.equal(before[k], after[k]) for k in hf)
+    ref = ReferenceTrainingEngine(make_tiny_model(seed=1), EngineSettings(mini_batch_size=8), optim=_optim())
+    ref_metrics = ref.train_batch(data, scenarios.token_mean_loss)
+    assert ref_metrics["actor/grad_norm"] == [0.0]
+    assert all(torch.equal(w, hf[k]) for k, w in ref.iter_weights())
