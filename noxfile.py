@@ -2,7 +2,8 @@
 
     nox                 # default: lint + core
     nox -s core         # core installed with its test extras, runs core/tests and tests/
-    nox -s "plugin(fsdp)"   # core + one plugin installed in one step (when plugins exist)
+    nox -s "plugin(fsdp)"   # core + one plugin installed in one step: its tests + cross-package tests
+    nox -s "isolation(fsdp)"  # only core + that plugin: discovery, missing-backend errors, import cost
     nox -l              # list every session
 
 Every session installs the CPU build of torch first (``TORCH_PIN``) so that nothing pulls a
@@ -16,7 +17,7 @@ import os
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "core"]
+nox.options.sessions = ["lint", "core", "plugin(fsdp)", "isolation(fsdp)"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
@@ -25,12 +26,16 @@ TORCH_PIN = os.environ.get("VERL_TORCH_PIN", "torch==2.13.0")
 
 # One entry per plugin distribution under plugins/: short name -> folder. Sessions
 # `plugin(<name>)` and `isolation(<name>)` are generated from this list.
-PLUGINS: dict[str, str] = {}
+PLUGINS: dict[str, str] = {"fsdp": "plugins/verl-fsdp"}
+
+# Cross-package tests run in a plugin's session besides the plugin's own tests (e.g. equivalence
+# of the plugin's engine with the reference engine through the Ray controller).
+PLUGIN_EXTRA_TESTS: dict[str, tuple[str, ...]] = {"fsdp": ("tests/scale",)}
 
 
 def _install_core(session: nox.Session, *extra: str) -> None:
     session.install(TORCH_PIN)
-    session.install("./core[test]", *extra)
+    session.install("./core[test,ray]", *extra)
 
 
 @nox.session(python=PYTHON)
@@ -56,9 +61,22 @@ def _plugin_session(name: str, folder: str) -> None:
     def _session(session: nox.Session) -> None:
         session.install(TORCH_PIN)
         # One install call so the local core satisfies the plugin's verl-core requirement.
-        session.install("./core[test]", f"./{folder}[test]")
-        session.run("pytest", f"{folder}/tests", *session.posargs)
+        session.install("./core[test,ray]", f"./{folder}[test]")
+        session.env.setdefault("OMP_NUM_THREADS", "1")
+        tests = [f"{folder}/tests", *PLUGIN_EXTRA_TESTS.get(name, ())]
+        session.run("pytest", *tests, "-m", "not slow and not gpu and not npu", *session.posargs)
+
+
+def _isolation_session(name: str, folder: str) -> None:
+    @nox.session(python=PYTHON, name=f"isolation({name})")
+    def _session(session: nox.Session) -> None:
+        """Only verl-core and this plugin installed (no test extras of other plugins)."""
+        session.install(TORCH_PIN)
+        session.install("./core[ray]", f"./{folder}", "pytest>=8")
+        session.env.setdefault("OMP_NUM_THREADS", "1")
+        session.run("python", "scripts/check_isolation.py", name, folder)
 
 
 for _name, _folder in PLUGINS.items():
     _plugin_session(_name, _folder)
+    _isolation_session(_name, _folder)
