@@ -14,7 +14,6 @@ against the local run: identical validation before training and step-1 metrics w
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -28,28 +27,11 @@ from safetensors.torch import load_file  # noqa: E402
 from verl.config import load_config  # noqa: E402
 from verl.controller import ClassWithInitArgs, LocalWorkerGroup  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
-from verl.testing.tiny import save_tiny_model  # noqa: E402
 from verl.workers.actor_rollout_ref import ActorRolloutRefWorker  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
 
 PROMPT_LEN, RESP_LEN, ROWS = 6, 7, 8
-
-
-@pytest.fixture(scope="module")
-def ray_runtime():
-    import ray
-
-    from verl.controller.ray import init_ray
-
-    init_ray({"num_cpus": 2})
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", num_layers=2, hidden_size=32)
 
 
 def _config(model_dir: Path, *, distributed: bool, micro: int = 2):
@@ -153,66 +135,10 @@ def test_fsdp_dp2_on_ray_matches_reference(ray_runtime, model_dir: Path, tmp_pat
 
 # ---------------------------------------------------------------------- verl train, ray + fsdp vs local
 
-REWARD_FN = """
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    if not solution_str:
-        return 0.0
-    return sum(c.isdigit() for c in solution_str) / len(solution_str)
-"""
 
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory, model_dir) -> dict[str, Path]:
-    import gzip
-
-    from verl.data.gsm8k import default_source_dir, prepare_gsm8k
-
-    root = tmp_path_factory.mktemp("scale_e2e")
-    src = root / "src"
-    src.mkdir()
-    for split, count in (("train", 8), ("test", 4)):
-        with gzip.open(default_source_dir() / f"{split}.jsonl.gz", "rt") as fh:
-            rows = [line for line in fh if len(json.loads(line)["question"]) < 200][:count]
-        (src / f"{split}.jsonl").write_text("".join(rows))
-    files = prepare_gsm8k(root / "data", source_dir=src)
-    reward = root / "reward.py"
-    reward.write_text(REWARD_FN)
-    return {"model": model_dir, "reward": reward, **files}
-
-
-def _train(ws: dict[str, Path], run_dir: Path, *extra: str) -> list[dict]:
-    from verl.cli.main import main as verl_main
-
-    args = [
-        "train",
-        "--run-dir",
-        str(run_dir),
-        f"data.train_files=[{ws['train']}]",
-        f"data.val_files=[{ws['test']}]",
-        "data.max_prompt_length=320",
-        "data.max_response_length=10",
-        "data.train_batch_size=2",
-        "data.val_batch_size=4",
-        f"actor_rollout_ref.model.path={ws['model']}",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.actor.use_dynamic_bsz=false",
-        "actor_rollout_ref.actor.optim.lr=0.01",
-        "actor_rollout_ref.rollout.n=2",
-        f"custom_reward_function.path={ws['reward']}",
-        "trainer.total_training_steps=1",
-        "trainer.logger=[file]",
-        f"trainer.default_local_dir={run_dir / 'ckpt'}",
-        *extra,
-    ]
-    assert verl_main(args) == 0
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def test_verl_train_on_ray_fsdp_matches_local_first_step(ray_runtime, workspace, tmp_path: Path) -> None:
-    local = _train(workspace, tmp_path / "local")
-    dist = _train(
-        workspace,
+def test_verl_train_on_ray_fsdp_matches_local_first_step(ray_runtime, run_train, tmp_path: Path) -> None:
+    local = run_train(tmp_path / "local")
+    dist = run_train(
         tmp_path / "ray",
         "trainer.controller=ray",
         "trainer.n_gpus_per_node=2",

@@ -256,6 +256,26 @@ def _check_trainer(cfg: RootConfig, report: IssueCollector) -> None:
             "(trainer.nnodes x trainer.n_gpus_per_node); set trainer.controller=ray or "
             "trainer.n_gpus_per_node=1",
         )
+    rollout = cfg.actor_rollout_ref.rollout
+    backend_key = f"{ARR}.rollout.checkpoint_engine.backend"
+    if rollout.nnodes < 0 or rollout.n_gpus_per_node < 1:
+        report.error(
+            f"{ARR}.rollout.nnodes",
+            f"({rollout.nnodes}) must be >= 0 and rollout.n_gpus_per_node ({rollout.n_gpus_per_node}) >= 1",
+        )
+    elif rollout.nnodes > 0:
+        if trainer.controller != "ray":
+            report.error(
+                f"{ARR}.rollout.nnodes",
+                f"={rollout.nnodes} asks for a standalone rollout pool, which runs as Ray actors; "
+                "set trainer.controller=ray (or rollout.nnodes=0 for the hybrid engine)",
+            )
+        if rollout.checkpoint_engine.backend == "colocated":
+            report.error(
+                backend_key,
+                "colocated hands weights over inside one process, but a standalone rollout pool "
+                f"({ARR}.rollout.nnodes={rollout.nnodes}) lives in other processes; set {backend_key}=broadcast",
+            )
     if trainer.test_freq > 0 and not cfg.data.val_files:
         report.warn("trainer.test_freq", f"{trainer.test_freq} but data.val_files is null: no validation will run")
     if trainer.critic_warmup > 0 and not cfg.critic.enable:

@@ -104,8 +104,11 @@ class PPOTrainer:
         self.steps_per_epoch = steps_per_epoch
         self.total_training_steps = cfg.trainer.total_training_steps or steps_per_epoch * cfg.trainer.total_epochs
         self.world_size = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
-        self.actor_rollout_wg = self._build_worker_group()
+        self.actor_rollout_wg, self.rollout_wg = self._build_worker_groups()
         self.actor_rollout_wg.init_model(self.total_training_steps)
+        if self.rollout_wg is not self.actor_rollout_wg:
+            self.rollout_wg.init_model(self.total_training_steps)
+            self._init_standalone_sync()
         self.use_reference_policy = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         # Stateless between calls, so training and validation share one manager (and its thread pool).
         self.reward_fn = self.val_reward_fn = self._build_reward_manager()
@@ -122,25 +125,65 @@ class PPOTrainer:
             total_steps=self.total_training_steps,
         )
 
-    def _build_worker_group(self) -> Any:
-        """The hybrid actor/rollout/ref workers: in-process (``controller=local``) or Ray actors.
+    def _build_worker_groups(self) -> tuple[Any, Any]:
+        """``(actor group, rollout group)``: the same hybrid group unless the rollout is standalone.
 
-        Ray: one resource pool of ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` workers (the
-        platform's Ray resource, one CPU bundle each on CPU), started lazily or joined through
-        ``ray_kwargs.ray_init.address`` / ``RAY_ADDRESS``.
+        ``controller=local``: one in-process worker. ``controller=ray``: a resource pool of
+        ``trainer.nnodes`` x ``trainer.n_gpus_per_node`` workers (the platform's Ray resource, one CPU
+        bundle each on CPU), Ray started lazily or joined through ``ray_kwargs.ray_init.address`` /
+        ``RAY_ADDRESS``. With ``rollout.nnodes > 0`` (standalone), the actor (+ref) pool and a rollout
+        pool of ``rollout.nnodes`` x ``rollout.n_gpus_per_node`` workers, synced by broadcast.
         """
         from verl.controller import ClassWithInitArgs, LocalWorkerGroup
         from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
         cfg = self.config
-        worker = ClassWithInitArgs(ActorRolloutRefWorker, cfg, "actor_rollout_ref")
+        rollout = cfg.actor_rollout_ref.rollout
         if cfg.trainer.controller == "local":
-            return LocalWorkerGroup(worker)
+            group = LocalWorkerGroup(ClassWithInitArgs(ActorRolloutRefWorker, cfg, "actor_rollout_ref"))
+            return group, group
         from verl.controller.ray import RayResourcePool, RayWorkerGroup, init_ray
 
         init_ray(dict(cfg.ray_kwargs.ray_init))
-        pool = RayResourcePool([cfg.trainer.n_gpus_per_node] * cfg.trainer.nnodes, platform=self.platform)
-        return RayWorkerGroup(pool, worker, name_prefix="actor_rollout_ref", platform=self.platform)
+        pool = RayResourcePool(
+            [cfg.trainer.n_gpus_per_node] * cfg.trainer.nnodes, platform=self.platform, name_prefix="verl_actor"
+        )
+        if rollout.nnodes == 0:
+            worker = ClassWithInitArgs(ActorRolloutRefWorker, cfg, "actor_rollout_ref")
+            group = RayWorkerGroup(pool, worker, name_prefix="actor_rollout_ref", platform=self.platform)
+            return group, group
+        actor = RayWorkerGroup(
+            pool, ClassWithInitArgs(ActorRolloutRefWorker, cfg, "actor_ref"), name_prefix="actor_ref"
+        )
+        rollout_pool = RayResourcePool(
+            [rollout.n_gpus_per_node] * rollout.nnodes, platform=self.platform, name_prefix="verl_rollout"
+        )
+        try:
+            rollout_wg = RayWorkerGroup(
+                rollout_pool, ClassWithInitArgs(ActorRolloutRefWorker, cfg, "rollout"), name_prefix="rollout"
+            )
+        except BaseException:
+            actor.shutdown()
+            raise
+        return actor, rollout_wg
+
+    def _init_standalone_sync(self) -> None:
+        addr, port = self.actor_rollout_wg.weight_sync_address()
+        both = [
+            self.actor_rollout_wg.init_weight_sync(addr, port, self.rollout_wg.world_size),
+            self.rollout_wg.init_weight_sync(addr, port, self.rollout_wg.world_size),
+        ]
+        for future in both:
+            future.get()
+
+    def _sync_weights(self) -> None:
+        """Actor weights -> rollout engine: hybrid hand-over, or the two pools' broadcast at once."""
+        if self.rollout_wg is self.actor_rollout_wg:
+            self.actor_rollout_wg.update_weights()
+            return
+        both = [self.actor_rollout_wg.sync_weights(), self.rollout_wg.sync_weights()]
+        for future in both:
+            future.get()
 
     def _build_reward_manager(self) -> Any:
         from verl.rewards import RewardManager, load_reward_function
@@ -234,7 +277,7 @@ class PPOTrainer:
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
             gen_batch, n = self._gen_batch(batch, validate=False)
             with marked_timer("gen", timing):
-                gen_out = wg.generate_sequences(gen_batch)
+                gen_out = self.rollout_wg.generate_sequences(gen_batch)
             if cfg.algorithm.adv_estimator == "remax":
                 with marked_timer("gen_max", timing):
                     baselines = self._greedy_baseline(batch)
@@ -285,7 +328,7 @@ class PPOTrainer:
                 with marked_timer("save_checkpoint", timing):
                     self.save_checkpoint()
             with marked_timer("update_weights", timing):
-                wg.update_weights()
+                self._sync_weights()
         if cfg.trainer.rollout_data_dir:
             self._dump_rollouts(batch)
         metrics.update(compute_data_metrics(batch, use_critic=False))
@@ -304,7 +347,7 @@ class PPOTrainer:
 
         gen = batch.select(batch_keys=list(PROMPT_KEYS))
         gen.meta_info.update({"do_sample": False, "global_steps": self.global_steps, "seed": 0})
-        out = self.actor_rollout_wg.generate_sequences(gen)
+        out = self.rollout_wg.generate_sequences(gen)
         scored = DataProto(batch=out.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})
         rewards = self.reward_fn(scored, return_dict=True)["reward_tensor"]
         return rewards.sum(-1).float()
@@ -335,7 +378,7 @@ class PPOTrainer:
         for batch in self.val_dataloader:
             uids = [str(uuid.uuid4()) for _ in range(len(batch))]
             gen_batch, n = self._gen_batch(batch, validate=True)
-            out = self.actor_rollout_wg.generate_sequences(gen_batch)
+            out = self.rollout_wg.generate_sequences(gen_batch)
             batch = self._join_rollout(batch, out, n)
             metrics: dict[str, Any] = {}
             self._reward(batch, self.val_reward_fn, metrics)
@@ -415,6 +458,8 @@ class PPOTrainer:
             return 0
         step, path = found
         self.actor_rollout_wg.load_checkpoint(str(Path(path) / "actor"))
+        if self.rollout_wg is not self.actor_rollout_wg:
+            self._sync_weights()  # the hybrid worker re-syncs in load_checkpoint; a standalone pool is remote
         self.train_dataloader.load_state_dict(torch.load(Path(path) / "data.pt", weights_only=False))
         state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
         restore_rng_state(state["rng"], self.platform)
@@ -466,6 +511,8 @@ class PPOTrainer:
             if hasattr(self, "tracking"):
                 self.tracking.close()
         finally:
-            shutdown = getattr(getattr(self, "actor_rollout_wg", None), "shutdown", None)
-            if shutdown is not None:
-                shutdown()
+            groups = {id(g): g for g in (getattr(self, "actor_rollout_wg", None), getattr(self, "rollout_wg", None))}
+            for group in groups.values():
+                shutdown = getattr(group, "shutdown", None)
+                if shutdown is not None:
+                    shutdown()

@@ -23,7 +23,7 @@ from verl.controller import Dispatch, Worker, register
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+ROLES = ("actor", "rollout", "ref", "actor_ref", "actor_rollout", "actor_rollout_ref")
 
 
 class ActorRolloutRefWorker(Worker):
@@ -31,7 +31,8 @@ class ActorRolloutRefWorker(Worker):
 
     Args:
         config: :class:`verl.config.RootConfig`.
-        role: one of ``actor``, ``rollout``, ``ref``, ``actor_rollout``, ``actor_rollout_ref``.
+        role: one of ``actor``, ``rollout``, ``ref``, ``actor_ref``, ``actor_rollout``, ``actor_rollout_ref``
+            (``actor_ref`` and ``rollout`` are the two pools of standalone mode, ``rollout.nnodes > 0``).
 
     Raises:
         ValueError: unknown role.
@@ -45,7 +46,7 @@ class ActorRolloutRefWorker(Worker):
         self.role = role
         self._is_actor = "actor" in role
         self._is_rollout = "rollout" in role
-        self._is_ref = role in ("ref", "actor_rollout_ref")
+        self._is_ref = role in ("ref", "actor_ref", "actor_rollout_ref")
         self.actor = self.rollout = self.ref = self.weight_sync = None
         self.tokenizer = None
 
@@ -99,9 +100,13 @@ class ActorRolloutRefWorker(Worker):
             self.rollout = spec.factory(
                 cfg, model=self.actor.model if shared else model_path, tokenizer=self.tokenizer, device=device
             )
-            if self.actor is not None:
-                backend = arr.rollout.checkpoint_engine.backend
-                self.weight_sync = pm.get("checkpoint_engine", backend).factory(cfg)
+        if (self.actor is not None and self.rollout is not None) or (
+            arr.rollout.nnodes > 0 and (self._is_actor or self._is_rollout)
+        ):
+            # Hybrid: hand-over inside this process. Standalone: this side of a cross-pool sync group,
+            # joined later with init_weight_sync.
+            backend = arr.rollout.checkpoint_engine.backend
+            self.weight_sync = pm.get("checkpoint_engine", backend).factory(cfg)
         return {
             "rank": self.rank,
             "model_path": str(model_path),
@@ -152,6 +157,45 @@ class ActorRolloutRefWorker(Worker):
         self._need(self.actor, "actor")
         self._need(self.rollout, "rollout")
         return self.weight_sync.sync(self.actor, self.rollout)
+
+    # ------------------------------------------------------------------ standalone weight sync
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO)
+    def weight_sync_address(self) -> tuple[str, int]:
+        """``(ip, free port)`` on this rank's node: where the trainer's sender hosts the sync group."""
+        import socket
+
+        from verl.engines.sync import free_port
+
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect(("8.8.8.8", 80))  # no packet is sent; picks the outward interface
+                ip = probe.getsockname()[0]
+        except OSError:
+            ip = "127.0.0.1"
+        return ip, free_port("0.0.0.0")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def init_weight_sync(self, master_addr: str, master_port: int, rollout_world_size: int) -> None:
+        """Join the trainer -> rollout sync group of standalone mode (call on both pools at once).
+
+        Sync ranks: the actor's rank 0 is the sender (0); other actor ranks only take part in the
+        weight gather; rollout rank ``r`` is ``1 + r``.
+        """
+        self._need(self.weight_sync, "weight sync (set actor_rollout_ref.rollout.nnodes > 0)")
+        if self._is_actor:
+            rank = 0 if self.rank == 0 else None
+        else:
+            rank = 1 + self.rank
+        self.weight_sync.init_group(
+            master_addr=master_addr, master_port=master_port, rank=rank, world_size=1 + rollout_world_size
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def sync_weights(self) -> dict[str, Any]:
+        """Standalone mode: the actor pool sends its weights, the rollout pool receives them (call both)."""
+        self._need(self.weight_sync, "weight sync")
+        return self.weight_sync.sync(self.actor, None) if self._is_actor else self.weight_sync.sync(None, self.rollout)
 
     # ------------------------------------------------------------------ actor / ref
 

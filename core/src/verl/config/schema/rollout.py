@@ -70,6 +70,10 @@ class RolloutConfig:
         None, doc="tokens per micro-batch per GPU; null = actor ppo_max_token_len_per_gpu"
     )
     seed: int = fld(42, doc="sampling seed of the rollout engine")
+    nnodes: int = fld(
+        0, doc="standalone rollout pool nodes (own workers, weights broadcast); 0 = hybrid with the actor"
+    )
+    n_gpus_per_node: int = fld(1, doc="rollout workers per node of the standalone pool (rollout.nnodes > 0)")
     val_kwargs: ValKwargs = section(ValKwargs, doc="sampling used for validation")
     checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, doc="trainer -> rollout weight sync")
     engine_kwargs: BackendKwargs = free_dict(

@@ -1,0 +1,89 @@
+"""Shared fixtures of the scale-out tests: one Ray runtime per module, a tiny model, a tiny GSM8K run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from verl.testing.tiny import save_tiny_model
+
+REWARD_FN = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Share of digits in the response: varies between samples of a random model."""
+    if not solution_str:
+        return 0.0
+    return sum(c.isdigit() for c in solution_str) / len(solution_str)
+'''
+
+
+@pytest.fixture(scope="module")
+def ray_runtime():
+    ray = pytest.importorskip("ray")
+    from verl.controller.ray import init_ray
+
+    init_ray({"num_cpus": 2})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model", num_layers=2, hidden_size=32)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, model_dir) -> dict[str, Path]:
+    """8 training and 4 test GSM8K questions, the tiny model and a text-dependent reward."""
+    import gzip
+
+    from verl.data.gsm8k import default_source_dir, prepare_gsm8k
+
+    root = tmp_path_factory.mktemp("scale_e2e")
+    src = root / "src"
+    src.mkdir()
+    for split, count in (("train", 8), ("test", 4)):
+        with gzip.open(default_source_dir() / f"{split}.jsonl.gz", "rt") as fh:
+            rows = [line for line in fh if len(json.loads(line)["question"]) < 200][:count]
+        (src / f"{split}.jsonl").write_text("".join(rows))
+    files = prepare_gsm8k(root / "data", source_dir=src)
+    reward = root / "reward.py"
+    reward.write_text(REWARD_FN)
+    return {"model": model_dir, "reward": reward, **files}
+
+
+@pytest.fixture(scope="module")
+def run_train(workspace) -> Callable[..., list[dict]]:
+    """``run_train(run_dir, *overrides, steps=1)``: `verl train` on the tiny workspace; its metrics.jsonl rows."""
+
+    def run(run_dir: Path, *extra: str, steps: int = 1) -> list[dict]:
+        from verl.cli.main import main as verl_main
+
+        args = [
+            "train",
+            "--run-dir",
+            str(run_dir),
+            f"data.train_files=[{workspace['train']}]",
+            f"data.val_files=[{workspace['test']}]",
+            "data.max_prompt_length=320",
+            "data.max_response_length=10",
+            "data.train_batch_size=2",
+            "data.val_batch_size=4",
+            f"actor_rollout_ref.model.path={workspace['model']}",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            "actor_rollout_ref.actor.use_dynamic_bsz=false",
+            "actor_rollout_ref.actor.optim.lr=0.01",
+            "actor_rollout_ref.rollout.n=2",
+            f"custom_reward_function.path={workspace['reward']}",
+            f"trainer.total_training_steps={steps}",
+            "trainer.logger=[file]",
+            f"trainer.default_local_dir={run_dir / 'ckpt'}",
+            *extra,
+        ]
+        assert verl_main(args) == 0
+        return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    return run
