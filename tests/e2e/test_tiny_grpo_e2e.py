@@ -127,6 +127,33 @@ def test_three_steps_train_log_and_checkpoint(workspace, full_run):
     assert (full_run / "config.yaml").exists()
 
 
+def test_verl_export_of_the_last_checkpoint_equals_the_final_actor(full_run, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    step3 = full_run / "ckpt" / "global_step_3"
+    info = json.loads((step3 / "actor" / "checkpoint.json").read_text())
+    assert info == {"strategy": "reference", "world_size": 1}
+    assert verl_main(["export", str(step3), str(tmp_path / "hf")]) == 0
+    assert "verl export:" in capsys.readouterr().out
+    exported = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    final = load_file(str(full_run / "final_hf" / "model.safetensors"))
+    assert exported.keys() == final.keys()
+    assert all(torch.equal(exported[k], final[k]) for k in final)
+    assert (tmp_path / "hf" / "tokenizer_config.json").is_file()
+    # Step 2's checkpoint is another model (the export really reads the checkpoint).
+    assert verl_main(["export", str(full_run / "ckpt" / "global_step_2" / "actor"), str(tmp_path / "hf2")]) == 0
+    older = load_file(str(tmp_path / "hf2" / "model.safetensors"))
+    assert any(not torch.equal(older[k], final[k]) for k in final)
+
+
+def test_verl_export_names_what_is_missing(tmp_path, capsys):
+    (tmp_path / "actor").mkdir()
+    assert verl_main(["export", str(tmp_path), str(tmp_path / "out")]) == 2
+    assert "pass --strategy" in capsys.readouterr().err
+    assert verl_main(["export", str(tmp_path), str(tmp_path / "out"), "--strategy", "reference"]) == 2
+    assert "pass --hf-source" in capsys.readouterr().err
+
+
 def test_rollout_dump_matches_logged_scores(full_run):
     for row in (r for r in _metrics(full_run) if r["step"] > 0):
         samples = [json.loads(x) for x in (full_run / "rollouts" / f"{row['step']}.jsonl").read_text().splitlines()]

@@ -14,6 +14,7 @@ against the local run: identical validation before training and step-1 metrics w
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,7 @@ def test_verl_train_on_ray_fsdp_matches_local_first_step(ray_runtime, run_train,
         "trainer.controller=ray",
         "trainer.n_gpus_per_node=2",
         "actor_rollout_ref.actor.strategy=fsdp",
+        "trainer.save_freq=1",
     )
     (val_local, step_local), (val_dist, step_dist) = local, dist
     # Greedy validation before training: same weights, same prompts -> same text and scores.
@@ -156,4 +158,12 @@ def test_verl_train_on_ray_fsdp_matches_local_first_step(ray_runtime, run_train,
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
         assert step_dist[key] == pytest.approx(step_local[key], rel=1e-4, abs=1e-6), key
     assert "global_seqlen/balanced_max" in step_dist and "global_seqlen/balanced_max" not in step_local
-    assert (tmp_path / "ray" / "final_hf" / "model.safetensors").exists()
+    # The sharded (DCP) checkpoint merges into the same weights as the final export.
+    from verl.cli.main import main as verl_main
+
+    step1 = tmp_path / "ray" / "ckpt" / "global_step_1"
+    assert json.loads((step1 / "actor" / "checkpoint.json").read_text()) == {"strategy": "fsdp", "world_size": 2}
+    assert verl_main(["export", str(step1), str(tmp_path / "merged")]) == 0
+    merged = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    final = load_file(str(tmp_path / "ray" / "final_hf" / "model.safetensors"))
+    assert merged.keys() == final.keys() and all(torch.equal(merged[k], final[k]) for k in final)

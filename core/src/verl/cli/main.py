@@ -17,6 +17,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, str] = {
     "config": "verl.cli.config_cmd",
     "data": "verl.cli.data_cmd",
+    "export": "verl.cli.export_cmd",
     "plugins": "verl.cli.plugins_cmd",
     "train": "verl.cli.train_cmd",
 }

@@ -50,6 +50,7 @@ def verl_training_engines() -> list:
     it runs on one worker only.
     """
     from verl.engines.reference.builders import ReferenceEngineOptions, build_reference_training_engine
+    from verl.engines.reference.export import merge_reference_checkpoint
     from verl.plugins.specs import TrainingEngineSpec
 
     return [
@@ -60,6 +61,7 @@ def verl_training_engines() -> list:
             devices=("cpu", "cuda"),
             # Its module is a plain nn.Module a rollout engine can generate from (no second copy).
             capabilities={"share_module"},
+            merge_checkpoint=merge_reference_checkpoint,
         )
     ]
 

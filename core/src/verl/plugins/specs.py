@@ -135,13 +135,22 @@ class TrainingEngineSpec(_BackendSpec):
         devices: device types / platform names it runs on, matched against the resolved
             platform's ``name`` or ``device_type`` (default ``("cpu", "cuda")``; ``"cuda"``
             also covers ROCm, whose torch device type is ``cuda``).
-        capabilities: feature flags (``{"lora", "offload"}``) checked at config load.
+        capabilities: feature flags (``{"lora", "offload"}``) checked at config load;
+            ``data_parallel`` (may train on more than one worker), ``share_module`` (a rollout
+            engine may generate from its live module).
+        merge_checkpoint: ``merge_checkpoint(actor_folder, hf_source, out_folder) -> Path``, used
+            by ``verl export``: one process turns an actor checkpoint this engine wrote (any
+            world size) into a HF folder; ``hf_source`` holds the model's config and tokenizer.
+            ``None``: the engine's checkpoints cannot be exported.
     """
 
     KIND: ClassVar[str] = "training_engine"
 
     capabilities: frozenset[str] = attrs.field(
         factory=frozenset, converter=_as_frozenset, validator=_str_collection(True)
+    )
+    merge_checkpoint: Callable[..., Any] | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.is_callable())
     )
 
 

@@ -70,6 +70,7 @@ class ActorRolloutRefWorker(Worker):
         platform.manual_seed(cfg.trainer.seed + self.rank)
         device = platform.torch_device()
         model_path = resolve_model_path(arr.model.path)
+        self.model_path = model_path
         self.tokenizer = load_tokenizer(arr.model.tokenizer_path or model_path)
         pm = get_plugin_manager()
         if self._is_actor:
@@ -234,8 +235,23 @@ class ActorRolloutRefWorker(Worker):
         folder.mkdir(parents=True, exist_ok=True)
         if hasattr(self.actor, "save_checkpoint"):  # sharded engines write their own format (e.g. DCP)
             self.actor.save_checkpoint(folder)
-            return
-        torch.save(self.actor.state_dict(), folder / f"model_world_size_{self.world_size}_rank_{self.rank}.pt")
+        else:
+            torch.save(self.actor.state_dict(), folder / f"model_world_size_{self.world_size}_rank_{self.rank}.pt")
+        if self.rank == 0:
+            self._write_export_info(folder)
+
+    def _write_export_info(self, folder: Path) -> None:
+        """``huggingface/`` (config + tokenizer) and ``checkpoint.json`` (engine, world size) for ``verl export``."""
+        import json
+
+        from transformers import AutoConfig
+
+        hf = folder / "huggingface"
+        AutoConfig.from_pretrained(str(self.model_path)).save_pretrained(str(hf))
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(str(hf))
+        info = {"strategy": self.config.actor_rollout_ref.actor.strategy, "world_size": self.world_size}
+        (folder / "checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:

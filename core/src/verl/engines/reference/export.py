@@ -1,0 +1,61 @@
+"""``verl export`` for the reference engine: an actor checkpoint folder -> a HF model folder.
+
+The reference engine checkpoints with ``torch.save`` of its state dict (one process, file
+``model_world_size_1_rank_0.pt``: model, optimizer, LR scheduler, counters). Only the model part is
+turned into ``model.safetensors`` next to the config (and tokenizer) from ``hf_source``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+CHECKPOINT_FILE = "model_world_size_1_rank_0.pt"
+
+
+def copy_tokenizer(source: Path, out_folder: Path) -> bool:
+    """Copy the tokenizer found in ``source`` (a HF folder) to ``out_folder``; False if there is none."""
+    if not any((source / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+        return False
+    from transformers import AutoTokenizer
+
+    AutoTokenizer.from_pretrained(str(source)).save_pretrained(str(out_folder))
+    return True
+
+
+def merge_reference_checkpoint(actor_folder: str | Path, hf_source: str | Path, out_folder: str | Path) -> Path:
+    """Write the model weights of a reference-engine actor checkpoint as a HF folder.
+
+    Args:
+        actor_folder: ``global_step_N/actor`` written by the reference engine (world size 1).
+        hf_source: HF folder with the model's ``config.json`` (and tokenizer, copied when present).
+        out_folder: destination (created); gets ``config.json``, ``model.safetensors`` (+ tokenizer).
+
+    Returns:
+        ``Path(out_folder)``.
+
+    Raises:
+        FileNotFoundError: no ``model_world_size_1_rank_0.pt`` in ``actor_folder``.
+        RuntimeError: the checkpoint's tensors do not fit the config's architecture (from
+            ``load_state_dict(strict=True)``).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    actor_folder, hf_source, out_folder = Path(actor_folder), Path(hf_source), Path(out_folder)
+    file = actor_folder / CHECKPOINT_FILE
+    if not file.is_file():
+        found = sorted(p.name for p in actor_folder.glob("model_world_size_*_rank_*.pt"))
+        raise FileNotFoundError(
+            f"{file} not found; the reference engine writes one file (world size 1)"
+            + (f", this folder has {found}" if found else "")
+        )
+    state: Any = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
+    config = AutoConfig.from_pretrained(str(hf_source))
+    model = AutoModelForCausalLM.from_config(config, dtype=next(iter(state["model"].values())).dtype)
+    model.load_state_dict(state["model"], strict=True)
+    model.config.use_cache = True
+    out_folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_folder))
+    copy_tokenizer(hf_source, out_folder)
+    return out_folder
