@@ -158,3 +158,21 @@ def test_iter_weights_gathers_in_buckets_and_empty_batch_leaves_weights(monkeypa
     ref_metrics = ref.train_batch(data, scenarios.token_mean_loss)
     assert ref_metrics["actor/grad_norm"] == [0.0]
     assert all(torch.equal(w, hf[k]) for k, w in ref.iter_weights())
+
+
+def test_verl_fsdp_config_keys_and_ref_overrides():
+    from verl_fsdp.options import FSDPEngineOptions, read_options
+
+    cfg = load_config(
+        overrides=[
+            "actor_rollout_ref.actor.strategy=fsdp",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.fsdp_config.fsdp_size=2",  # verl's key for engine_kwargs.fsdp
+            "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+        ]
+    )
+    assert read_options(cfg) == FSDPEngineOptions(fsdp_size=2)
+    # The reference policy takes the actor's options, with its own on top.
+    assert read_options(cfg, "ref") == FSDPEngineOptions(fsdp_size=2, param_offload=True)
+    with pytest.raises(ConfigError, match="actor_rollout_ref.ref.engine_kwargs.fsdp.no_such"):
+        load_config(overrides=["actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.ref.fsdp_config.no_such=1"])

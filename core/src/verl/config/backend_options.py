@@ -104,6 +104,17 @@ def _selections(cfg: RootConfig) -> list[tuple[str, str, str, str, Mapping[str, 
             arr.rollout.checkpoint_engine.engine_kwargs,
         ),
     ]
+    if arr.ref.engine_kwargs:
+        # The reference policy runs on the actor's strategy; its options override the actor's.
+        rows.append(
+            (
+                "training_engine",
+                f"{ARR}.actor.strategy",
+                arr.actor.strategy,
+                f"{ARR}.ref.engine_kwargs",
+                arr.ref.engine_kwargs,
+            )
+        )
     if cfg.critic.enable:
         rows.append(
             (

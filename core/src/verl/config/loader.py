@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from verl.config.aliases import apply_section_aliases
 from verl.config.backend_options import validate_backend_options, validate_registered_names
 from verl.config.converter import structure
 from verl.config.dump import to_dict
@@ -66,6 +67,7 @@ def load_config(
             apply_override(tree, override)
         except ConfigError as exc:
             raise ConfigError(exc.issues) from None
+    apply_section_aliases(tree, origins)
     cfg = resolve_config(build_config(tree, origins))
     issues: list[ConfigIssue] = []
     warnings: list[str] = []

@@ -36,7 +36,7 @@ def build_fsdp_training_engine(
 
     arr = config.actor_rollout_ref
     actor, rollout, ref = arr.actor, arr.rollout, arr.ref
-    opts = read_options(config)
+    opts = read_options(config, role)
     if role == "actor":
         settings = EngineSettings(
             mini_batch_size=actor.ppo_mini_batch_size * rollout.n // world_size,

@@ -83,8 +83,12 @@ class FSDPEngineOptions:
     fsdp_size: int = attrs.field(default=-1, validator=_fsdp_size)
 
 
-def read_options(config: Any) -> FSDPEngineOptions:
-    """Build :class:`FSDPEngineOptions` from a root config's ``actor_rollout_ref.actor.engine_kwargs.fsdp``.
+def read_options(config: Any, role: str = "actor") -> FSDPEngineOptions:
+    """Build :class:`FSDPEngineOptions` from a root config (verl's ``fsdp_config`` keys).
+
+    ``actor``: ``actor_rollout_ref.actor.engine_kwargs.fsdp`` (= ``actor.fsdp_config``). ``ref``: the
+    actor's options, overridden key by key by ``actor_rollout_ref.ref.engine_kwargs.fsdp``
+    (= ``ref.fsdp_config``, e.g. ``param_offload: true`` for the frozen reference policy only).
 
     Raises:
         TypeError: an unknown key (the config loader reports it earlier as a ``ConfigError``).
@@ -92,5 +96,12 @@ def read_options(config: Any) -> FSDPEngineOptions:
     """
     raw = config.actor_rollout_ref.actor.engine_kwargs.get("fsdp", {}) or {}
     if isinstance(raw, FSDPEngineOptions):
-        return raw
-    return FSDPEngineOptions(**dict(raw))
+        raw = attrs.asdict(raw, recurse=False)
+    merged = dict(raw)
+    if role == "ref":
+        ref_kwargs = getattr(config.actor_rollout_ref.ref, "engine_kwargs", {}) or {}
+        override = ref_kwargs.get("fsdp", {}) or {}
+        if isinstance(override, FSDPEngineOptions):
+            override = attrs.asdict(override, recurse=False)
+        merged.update(dict(override))
+    return FSDPEngineOptions(**merged)

@@ -82,3 +82,6 @@ class RefConfig:
     log_prob_max_token_len_per_gpu: int | None = fld(
         None, doc="tokens per micro-batch per GPU; null = actor ppo_max_token_len_per_gpu"
     )
+    engine_kwargs: BackendKwargs = free_dict(
+        doc="the reference engine's options over the actor's, e.g. engine_kwargs.fsdp.param_offload (= fsdp_config)"
+    )
