@@ -48,4 +48,4 @@ class TestVLLMRolloutConformance(RolloutEngineTests):
     @pytest.fixture(scope="class")
     @classmethod
     def logprob_atol(cls):
-        return 1e-4
+        return 1e-5

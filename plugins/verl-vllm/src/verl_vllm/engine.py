@@ -11,7 +11,6 @@ build_rollout_batch`).
 from __future__ import annotations
 
 import contextlib
-import difflib
 import gc
 import os
 import time
@@ -25,20 +24,16 @@ from verl.engines.reference.sampling import resolve_sampling_params
 from verl_vllm.backend import device_type, engine_environment, import_vllm
 from verl_vllm.options import VLLMRolloutOptions
 from verl_vllm.translate import collect_outputs, max_tokens_per_row, row_seeds, sampling_kwargs, strip_left_padding
+from verl_vllm.weights import UnknownWeightError, check_update, checkpoint_shapes
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
 
+__all__ = ["ModelTooLongError", "UnknownWeightError", "VLLMRolloutEngine", "options_from_config"]
+
 
 class ModelTooLongError(ValueError):
     """``rollout.prompt_length + rollout.response_length`` exceeds the engine's ``max_model_len``."""
-
-
-class UnknownWeightError(KeyError):
-    """``update_weights`` received a parameter name the vLLM model does not have."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 def _cfg(config: Any, name: str, default: Any) -> Any:
@@ -110,6 +105,7 @@ class VLLMRolloutEngine:
         pad = getattr(self.tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad) if pad is not None else self.eos_token_ids[0]
         self.max_model_len = self._max_model_len()
+        self._checkpoint_shapes = checkpoint_shapes(self.model_path)
         self.dtype = self.options.dtype or self._config_dtype()
         self.sleep_level = int(self.options.sleep_level)
         self.sleep_mode = self.device_type == "cuda" and bool(self.options.enable_sleep_mode)
@@ -262,26 +258,29 @@ class VLLMRolloutEngine:
 
         The pairs go through the worker's ``reload_weights`` (vLLM's in-place reload: the model's own
         ``load_weights`` fuses q/k/v and gate/up projections and converts dtype/device, then the layers'
-        post-load processing runs again), inside this process, streamed without a copy of the whole set; names not sent keep their values. Cached prefix
+        post-load processing runs again), inside this process; names not sent keep their values. Cached prefix
         KV blocks were computed with the old weights, so the prefix cache is reset: the next generation
         uses the new weights only. After a level-2 ``sleep`` the weights are woken up first.
 
+        The update is checked first (names and shapes against the checkpoint, fused q/k/v and gate/up groups
+        complete; :func:`verl_vllm.weights.check_update`), so a bad update raises and loads nothing; the
+        pairs are held in a list for that (the tensors the trainer yields, until they are loaded).
+
         Raises:
-            UnknownWeightError (KeyError): a name the vLLM model does not know (closest names suggested).
+            UnknownWeightError (KeyError): a name the checkpoint does not have (closest names suggested).
+            ValueError: a shape mismatch, or part of a fused group.
         """
         if self._asleep and "weights" not in self._awake_tags:
             self.llm.wake_up(tags=["weights"])
             self._awake_tags.add("weights")
-        try:
-            # The worker's in-place reload: vLLM's CPU (and quantised) layers repack weights after loading,
-            # so plain ``model.load_weights`` cannot reach them; reload_weights restores the checkpoint
-            # layout, loads (fusing q/k/v and gate/up, casting dtype/device) and re-runs the processing.
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True}
-            )
-        except (KeyError, AttributeError) as exc:
-            known = self.llm.apply_model(lambda model: sorted(name for name, _ in model.named_parameters()))[0]
-            raise _unknown(str(exc.args[0]) if exc.args else repr(exc), set(known)) from exc
+        pairs = list(weights)
+        check_update(pairs, self._checkpoint_shapes)
+        # The worker's in-place reload: vLLM's CPU (and quantised) layers repack weights after loading, so
+        # plain ``model.load_weights`` cannot reach them; reload_weights restores the checkpoint layout,
+        # loads (fusing q/k/v and gate/up, casting dtype/device) and re-runs the post-load processing.
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(pairs), "is_checkpoint_format": True}
+        )
         self.llm.reset_prefix_cache()
         self._weights_stale = False
 
@@ -326,14 +325,6 @@ class VLLMRolloutEngine:
             destroy_model_parallel()
             destroy_distributed_environment()
         gc.collect()
-
-
-def _unknown(name: str, known: set[str]) -> UnknownWeightError:
-    close = difflib.get_close_matches(name, sorted(known), n=3)
-    return UnknownWeightError(
-        f"update_weights: the vLLM model has no parameter for {name!r}"
-        + (f"; closest vLLM names: {close}" if close else f" ({len(known)} known names)")
-    )
 
 
 def _check_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, resp_len: int) -> None:
