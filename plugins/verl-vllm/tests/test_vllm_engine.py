@@ -7,6 +7,7 @@ One engine on the suite's tiny Llama (hidden 128, float32) serves the module; ex
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from verl.testing.conformance import make_prompt_batch, make_rollout_config, per
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 
+DEVICE = os.environ.get("VERL_VLLM_TEST_DEVICE", "cpu")
 TEXTS = ("What is 2+3?", "hi", "Count: 1 2 3", "a longer prompt with some words")
 
 
@@ -39,7 +41,7 @@ def config():
 def engine(model_path, tokenizer, config):
     from verl_vllm.engine import VLLMRolloutEngine
 
-    eng = VLLMRolloutEngine(model_path, tokenizer, config, device="cpu")
+    eng = VLLMRolloutEngine(model_path, tokenizer, config, device=DEVICE)
     yield eng
     eng.close()
 
@@ -151,6 +153,7 @@ def test_bad_update_raises_and_loads_nothing(engine, tokenizer, pairs, error, fr
     assert torch.equal(engine.generate(prompts).batch["responses"], before.batch["responses"])
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="sleep is a no-op only on cpu")
 def test_sleep_is_a_no_op_on_cpu(engine, tokenizer):
     prompts = _meta(make_prompt_batch(tokenizer, TEXTS), validate=True)
     before = engine.generate(prompts)
@@ -165,4 +168,4 @@ def test_prompt_plus_response_longer_than_max_model_len(model_path, tokenizer):
 
     config = make_rollout_config(prompt_length=200, response_length=100, engine_kwargs={"vllm": {"max_model_len": 256}})
     with pytest.raises(ModelTooLongError, match=r"\(200\) \+ rollout.response_length \(100\) = 300 tokens exceeds"):
-        VLLMRolloutEngine(model_path, tokenizer, config, device="cpu")
+        VLLMRolloutEngine(model_path, tokenizer, config, device=DEVICE)
