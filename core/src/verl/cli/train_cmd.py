@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from verl.controller import WorkerError
+    from verl.trainer.checkpoint import CheckpointSaveError
     from verl.trainer.ppo_trainer import PPOTrainer
 
     trainer = None
@@ -109,6 +110,20 @@ def run(args: argparse.Namespace) -> int:
                 raise
             print(f"error: {exc}", file=sys.stderr)
             print(f"verl train: stopped at step {trainer.global_steps}; rerun to resume", file=sys.stderr)
+            return 1
+        except CheckpointSaveError as exc:
+            # Stop rather than train on without checkpoints (a full disk rarely frees itself): the last
+            # complete checkpoint is intact, so a rerun after fixing the disk loses only this step.
+            if args.verbose:
+                raise
+            latest = trainer.checkpoints.latest()
+            where = f"{latest[1]} (step {latest[0]})" if latest else "none (this run saved no checkpoint yet)"
+            print(f"error: {exc}", file=sys.stderr)
+            print(
+                f"verl train: stopped at step {exc.step}; last complete checkpoint: {where}; free space or fix "
+                "trainer.default_local_dir, then rerun with trainer.resume_mode=auto to continue from it",
+                file=sys.stderr,
+            )
             return 1
     finally:
         if trainer is not None:

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.trainer import faults
+
 logger = logging.getLogger(__name__)
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
@@ -45,12 +47,17 @@ class CheckpointError(Exception):
 
 
 class CheckpointSaveError(CheckpointError, RuntimeError):
-    """Saving ``step`` failed; the previous checkpoint and tracker are untouched. ``__cause__`` is the error."""
+    """Saving ``step`` failed; the previous checkpoint and tracker are untouched. ``__cause__`` is the error.
 
-    def __init__(self, step: int, reason: str):
+    ``path`` is the checkpoint folder that was being written (named in the message when given).
+    """
+
+    def __init__(self, step: int, reason: str, path: str | os.PathLike[str] | None = None):
         self.step = step
+        self.path = None if path is None else Path(path)
+        target = f"global_step_{step}" if path is None else os.fspath(path)
         super().__init__(
-            f"saving checkpoint global_step_{step} failed while {reason}; the previous checkpoint and "
+            f"saving checkpoint {target} failed while {reason}; the previous checkpoint and "
             f"{TRACKER_FILE} were left unchanged"
         )
 
@@ -190,9 +197,11 @@ class CheckpointManager:
         try:
             _remove_tree(tmp)  # left by an earlier failed attempt of this same process
             tmp.mkdir()
-            for name, part in parts.items():
+            for index, (name, part) in enumerate(parts.items()):
                 current = name
                 _write_part(tmp / name, part)
+                if index == 0:
+                    faults.check("checkpoint_write", step)  # test-only; a no-op unless VERL_FAULT_INJECT is set
             current = None
             _fsync_tree(tmp)
         except BaseException as exc:
@@ -200,7 +209,7 @@ class CheckpointManager:
             if not isinstance(exc, Exception):
                 raise
             where = f"writing part {current!r}" if current is not None else "syncing files to disk"
-            raise CheckpointSaveError(step, f"{where}: {type(exc).__name__}: {exc}") from exc
+            raise CheckpointSaveError(step, f"{where}: {type(exc).__name__}: {exc}", final) from exc
 
         self._publish(step, tmp, final)
         logger.info("saved checkpoint %s", final)
@@ -228,7 +237,7 @@ class CheckpointManager:
                 os.rename(displaced, final)
             if not isinstance(exc, Exception):
                 raise
-            raise CheckpointSaveError(step, f"{stage}: {type(exc).__name__}: {exc}") from exc
+            raise CheckpointSaveError(step, f"{stage}: {type(exc).__name__}: {exc}", final) from exc
         if displaced is not None:
             _remove_tree(displaced, quiet=True)
 

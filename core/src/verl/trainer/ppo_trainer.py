@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.trainer import faults
 from verl.trainer.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -80,6 +81,7 @@ class PPOTrainer:
         from verl.trainer.tracking import Tracking
 
         cfg = self.config
+        faults.arm()  # test-only VERL_FAULT_INJECT; a typo fails here, before anything is loaded
         self.run_dir.mkdir(parents=True, exist_ok=True)
         model_path = resolve_model_path(cfg.actor_rollout_ref.model.path)
         self.tokenizer = load_tokenizer(cfg.actor_rollout_ref.model.tokenizer_path or model_path)
@@ -273,9 +275,11 @@ class PPOTrainer:
         wg = self.actor_rollout_wg
         metrics: dict[str, Any] = {}
         timing: dict[str, float] = {}
+        step = self.global_steps + 1  # the step in flight, as it will be logged (fault injection points)
         with marked_timer("step", timing):
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
             gen_batch, n = self._gen_batch(batch, validate=False)
+            faults.check("gen", step)
             with marked_timer("gen", timing):
                 gen_out = self.rollout_wg.generate_sequences(gen_batch)
             if cfg.algorithm.adv_estimator == "remax":
@@ -290,10 +294,12 @@ class PPOTrainer:
             rollout_cfg = cfg.actor_rollout_ref.rollout
             batch.meta_info["temperature"] = rollout_cfg.temperature if rollout_cfg.do_sample else 1.0
             batch.meta_info.pop("timing", None)
+            faults.check("reward", step)
             with marked_timer("reward", timing):
                 self._reward(batch, self.reward_fn, metrics)
             if cfg.algorithm.adv_estimator == "remax":
                 batch.batch["reward_baselines"] = baselines.repeat_interleave(n)
+            faults.check("old_log_prob", step)
             with marked_timer("old_log_prob", timing):
                 old = wg.compute_log_prob(batch)
                 entropys = old.batch.pop("entropys")
@@ -301,10 +307,12 @@ class PPOTrainer:
                 old.meta_info.clear()
                 batch = batch.union(old)
             if self.use_reference_policy:
+                faults.check("ref", step)
                 with marked_timer("ref", timing):
                     ref = wg.compute_ref_log_prob(batch)
                     ref.meta_info.clear()
                     batch = batch.union(ref)
+            faults.check("adv", step)
             with marked_timer("adv", timing):
                 if cfg.algorithm.use_kl_in_reward:
                     batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl, cfg.algorithm.kl_penalty)
@@ -320,13 +328,16 @@ class PPOTrainer:
                     norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo,
                     config=cfg.algorithm,
                 )
+            faults.check("update_actor", step)
             with marked_timer("update_actor", timing):
                 out = wg.update_actor(batch)
             metrics.update(reduce_metrics(out.meta_info["metrics"]))
             self.global_steps += 1
             if self._should_save():
+                faults.check("save_checkpoint", step)
                 with marked_timer("save_checkpoint", timing):
                     self.save_checkpoint()
+            faults.check("update_weights", step)
             with marked_timer("update_weights", timing):
                 self._sync_weights()
         if cfg.trainer.rollout_data_dir:
@@ -475,7 +486,9 @@ class PPOTrainer:
         """Train until ``total_training_steps``; returns the last step's metrics.
 
         Resumes first (``trainer.resume_mode``); a run that already reached the last step
-        reports so and returns without training.
+        reports so and returns without training. Otherwise ``metrics.jsonl`` is rewound to the
+        starting step (:meth:`Tracking.rewind`): rows of steps after the checkpoint, which are about
+        to run again, are dropped, so the log holds one row per step, as an uninterrupted run's.
         """
         cfg = self.config.trainer
         self.load_checkpoint()
@@ -486,6 +499,7 @@ class PPOTrainer:
             )
             self.already_finished = True
             return {}
+        self.tracking.rewind(self.global_steps)
         if cfg.val_before_train and self.global_steps == 0:
             val = self.validate()
             if val:

@@ -6,7 +6,9 @@ Follows ``verl/utils/tracking.py`` (``Tracking(project_name, experiment_name, de
 * ``console`` — one concise line per step (step, score, pg_loss, response length, step time, val-core/*),
   under a tqdm progress bar of the total steps when stdout is a terminal;
 * ``file`` — ``{run_dir}/metrics.jsonl``: one JSON object per ``log`` call, ``{"step": N, <metric>: value, ...}``,
-  flushed each step; NaN/inf become ``null`` so every line is strict JSON;
+  flushed each step; NaN/inf become ``null`` so every line is strict JSON. A run that starts at step ``S``
+  (resumed from ``global_step_S``, or ``S = 0`` from scratch) first rewinds the file to ``S``
+  (:meth:`Tracking.rewind`), so after a crash and a resume it holds one row per step, as an uninterrupted run's;
 * ``tensorboard`` — scalars via ``torch.utils.tensorboard.SummaryWriter`` in ``$TENSORBOARD_DIR`` (as verl)
   or ``{run_dir}/tensorboard``; imported only when asked for.
 
@@ -16,6 +18,7 @@ Validation samples (``trainer.log_val_generations``) go through :class:`Validati
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -24,6 +27,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 VALID_BACKENDS = ("console", "file", "tensorboard")
 _VERL_ONLY_BACKENDS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio")
@@ -124,6 +129,17 @@ class ConsoleBackend:
             self._bar = None
 
 
+def _ranges(steps: list[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+    spans: list[list[int]] = []
+    for s in steps:
+        if spans and s == spans[-1][1] + 1:
+            spans[-1][1] = s
+        else:
+            spans.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
 def _shorten(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -145,6 +161,43 @@ class FileBackend:
         record = {"step": step, **{k: v for k, v in safe.items() if k != "step"}}
         self._fp.write(json.dumps(record, allow_nan=False) + "\n")
         self._fp.flush()
+
+    def rewind(self, step: int) -> int:
+        """Keep only the rows a run starting at ``step`` will not write again; returns how many were dropped.
+
+        ``step > 0`` (resumed from ``global_step_{step}``): rows with ``"step" <= step`` stay. ``step == 0``
+        (from scratch): every row goes. Lines that are not a JSON object with an int ``"step"`` (a line torn
+        by a kill mid-write) are dropped too. The file is replaced atomically (temp file + ``os.replace``).
+        Logs a warning when a resumed run's file lacks rows up to ``step`` (a process stopped after saving
+        a checkpoint but before logging its step: those rows cannot be recovered).
+        """
+        if self._fp is None:
+            raise ValueError(f"the file logger of {self.path} is closed")
+        self._fp.flush()
+        kept: list[str] = []
+        dropped = 0
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                row_step = json.loads(line).get("step")
+            except (ValueError, AttributeError):
+                row_step = None
+            if isinstance(row_step, int) and step > 0 and row_step <= step:
+                kept.append(line)
+            else:
+                dropped += 1 if line.strip() else 0
+        logged = {json.loads(line)["step"] for line in kept}
+        missing = [s for s in range(1, step + 1) if s not in logged]
+        if logged and missing:
+            logger.warning("%s has no rows for steps %s (stopped before logging them)", self.path, _ranges(missing))
+        if dropped == 0:
+            return 0
+        self._fp.close()
+        tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        os.replace(tmp, self.path)
+        self._fp = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across steps
+        logger.info("%s: dropped %d rows after step %d (those steps run again)", self.path, dropped, step)
+        return dropped
 
     def log_generations(self, samples: Sequence[Sample], step: int) -> None:
         with open(self.generations_path, "a", encoding="utf-8") as fp:
@@ -251,6 +304,17 @@ class Tracking:
         """Log one step's ``{metric name: value}`` (numbers, numpy/torch scalars; text is kept by ``file``)."""
         for backend in self.backends.values():
             backend.log(data, step)
+
+    def rewind(self, step: int) -> int:
+        """Prepare the logs for a run that starts at ``step`` (resumed from ``global_step_{step}``; 0: fresh).
+
+        ``metrics.jsonl`` (the ``file`` backend) drops the rows of steps after ``step`` — they run again —
+        so it reads as one uninterrupted run (see :meth:`FileBackend.rewind`). Console output is a stream and
+        tensorboard event files are append-only: there the re-run steps simply appear again. Returns the
+        number of rows dropped (0 without a ``file`` backend).
+        """
+        backend = self.backends.get("file")
+        return backend.rewind(step) if backend is not None else 0
 
     def log_generations(self, samples: Sequence[Sample], step: int) -> None:
         """Log ``(input, output, score)`` validation samples as text in every backend."""
