@@ -10,6 +10,7 @@ expected type and the value received.
 
 from __future__ import annotations
 
+import math
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -77,8 +78,16 @@ def _structure_int(value: Any, _: type) -> int:
 
 
 def _structure_float(value: Any, _: type) -> float:
+    # NaN/inf are YAML floats (.nan, .inf) but never a meaningful setting: a NaN learning rate or clip
+    # ratio would only surface as a NaN loss mid-run (found by tests/config/test_config_fuzz.py).
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            raise ValueTypeError("finite float", value) from None
+        if math.isfinite(number):
+            return number
+        raise ValueTypeError("finite float", value)
     raise ValueTypeError("float", value)
 
 

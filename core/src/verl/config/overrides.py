@@ -49,7 +49,9 @@ def parse_override(text: str) -> Override:
     key, sep, raw_value = body.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"override '{text}' is not of the form key=value (e.g. data.train_batch_size=8)", key=key)
+        raise ConfigError(
+            f"override '{text}' is not of the form key=value (e.g. data.train_batch_size=8)", key=key or "<override>"
+        )
     parts = tuple(key.split("."))
     bad = [p for p in parts if not _KEY_PART.match(p)]
     if bad:

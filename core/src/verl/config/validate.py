@@ -17,7 +17,9 @@ Errors (all collected, then one :class:`ConfigError`):
    ``horizon``/``target_kl`` > 0; ``gamma``/``lam`` in [0, 1]; ``clip_ratio_c`` > 1;
 6. optimizer ranges (betas in [0, 1), clip_grad > 0, ratios in [0, 1]);
 7. trainer: ``resume_path`` needs ``resume_from_path``; ``controller: local`` needs world size 1;
-   reward model needs a path; positive timeouts and worker counts.
+   reward model needs a path; positive timeouts and worker counts;
+8. paths: ``data.train_files`` / ``val_files`` given as an empty list or holding a blank entry, and a blank
+   ``actor_rollout_ref.model.path`` (found by the config fuzz tests: they used to pass and fail later).
 
 Warnings (returned, and logged by load_config): KL in reward *and* KL loss both on (K22c:
 deliberately additive, KL penalised twice); a critic enabled for a non-GAE estimator; group
@@ -74,6 +76,7 @@ def validate_config(cfg: RootConfig) -> list[str]:
         _check_optim(report, "critic.optim", cfg.critic.optim)
     _check_trainer(cfg, report)
     _check_reward(cfg, report)
+    _check_paths(cfg, report)
     report.raise_if_errors()
     return report.warnings
 
@@ -298,3 +301,19 @@ def _check_reward(cfg: RootConfig, report: IssueCollector) -> None:
         report.error("reward_model.micro_batch_size_per_gpu", f"must be >= 1, got {reward.micro_batch_size_per_gpu}")
     if not cfg.custom_reward_function.name:
         report.error("custom_reward_function.name", "must be a function name")
+
+
+def _check_paths(cfg: RootConfig, report: IssueCollector) -> None:
+    for key, files in (("data.train_files", cfg.data.train_files), ("data.val_files", cfg.data.val_files)):
+        if files is None:
+            continue
+        if not files:
+            report.error(key, "is an empty list; list at least one .parquet/.jsonl file, or set it to null")
+        for i, file in enumerate(files):
+            if not str(file).strip():
+                report.error(f"{key}[{i}]", "is an empty path; write the .parquet/.jsonl file's path")
+    if not cfg.actor_rollout_ref.model.path.strip():
+        report.error(
+            f"{ARR}.model.path",
+            "is empty; use 'smollm2-135m-instruct' (built in) or a local HF causal-LM folder",
+        )

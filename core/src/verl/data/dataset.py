@@ -12,24 +12,31 @@ surfacing mid-run.
 
 from __future__ import annotations
 
-import gzip
-import json
 import logging
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from verl.data.rows import PromptFormatError, check_messages, check_reward_model, read_rows
+
+__all__ = [
+    "ChatTemplateError",
+    "PromptFormatError",
+    "PromptTooLongError",
+    "RLHFDataset",
+    "TRUNCATION_MODES",
+    "collate_fn",
+    "collate_to_dicts",
+    "compute_position_ids",
+    "read_rows",
+    "truncate_ids",
+]
+
 logger = logging.getLogger(__name__)
 
 TRUNCATION_MODES = ("error", "left", "right", "middle")
-
-
-class PromptFormatError(ValueError):
-    """A dataset row has no usable prompt (missing column, wrong type); the message names file, row, field."""
 
 
 class ChatTemplateError(ValueError):
@@ -80,69 +87,6 @@ def _cfg(config: Any, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def read_rows(data_files: str | os.PathLike | Sequence[str | os.PathLike]) -> list[tuple[dict[str, Any], str, int]]:
-    """Read ``.parquet``, ``.jsonl`` or ``.jsonl.gz`` files; return ``(row, file, row_in_file)`` triples.
-
-    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for an unknown suffix or a
-    jsonl line that is not a JSON object (naming file and line).
-    """
-    files = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
-    if not files:
-        raise ValueError("data_files is empty: pass at least one .parquet or .jsonl file")
-    out: list[tuple[dict[str, Any], str, int]] = []
-    for file in files:
-        path = Path(file).expanduser()
-        if not path.is_file():
-            raise FileNotFoundError(f"dataset file not found: {path}")
-        name = path.name.lower()
-        if name.endswith(".parquet"):
-            import pyarrow.parquet as pq
-
-            rows = pq.read_table(path).to_pylist()
-        elif name.endswith((".jsonl", ".jsonl.gz")):
-            rows = _read_jsonl(path)
-        else:
-            raise ValueError(f"unsupported dataset file {path}: expected .parquet, .jsonl or .jsonl.gz")
-        out.extend((row, str(path), i) for i, row in enumerate(rows))
-    return out
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    rows = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
-
-
-def _messages(row: dict[str, Any], key: str, file: str, row_in_file: int) -> list[dict[str, Any]]:
-    where = f"{file} row {row_in_file}, field {key!r}"
-    if key not in row or row[key] is None:
-        raise PromptFormatError(f"{where}: missing; columns present: {sorted(row)} (set data.prompt_key)")
-    messages = row[key]
-    if isinstance(messages, np.ndarray):
-        messages = messages.tolist()
-    if not isinstance(messages, list) or not messages:
-        raise PromptFormatError(
-            f"{where}: expected a non-empty list of chat messages "
-            f'[{{"role": ..., "content": ...}}], got {type(messages).__name__}'
-        )
-    for j, msg in enumerate(messages):
-        ok = isinstance(msg, dict) and isinstance(msg.get("role"), str) and isinstance(msg.get("content"), str)
-        if not ok:
-            raise PromptFormatError(f"{where}[{j}]: expected {{'role': str, 'content': str}}, got {msg!r:.200}")
-    return messages
-
-
 class RLHFDataset:
     """Tokenized, left-padded chat prompts with their reward columns.
 
@@ -152,7 +96,8 @@ class RLHFDataset:
         config: the ``data`` config section (attrs object, mapping or ``SimpleNamespace``). Read:
             ``prompt_key`` ("prompt"), ``max_prompt_length`` (512), ``filter_overlong_prompts`` (False),
             ``truncation`` ("error" | "left" | "right" | "middle"), ``return_raw_chat`` (True),
-            ``apply_chat_template_kwargs`` ({}); defaults are verl's.
+            ``apply_chat_template_kwargs`` ({}), ``skip_bad_rows`` (False; not a verl key); other defaults are
+            verl's.
         max_samples: keep only the first ``max_samples`` rows when > 0 (``data.train_max_samples`` /
             ``data.val_max_samples``; -1 = all).
 
@@ -162,15 +107,22 @@ class RLHFDataset:
     other column of the row (``data_source``, ``ability``, ``reward_model``, ``extra_info``, ...).
 
     Attributes:
+        num_rows_read: rows read from the files (after ``max_samples``).
+        num_skipped: bad rows dropped because ``skip_bad_rows`` is on (logged; ``skipped`` holds the first
+            20 reasons). With it off, the first bad row raises.
         num_filtered: rows dropped because their prompt is longer than ``max_prompt_length``
             (``filter_overlong_prompts=True``; logged).
         num_truncated: rows cut by ``truncation`` left/right/middle (logged).
+        stats: the three counts keyed as trainer metrics (``data/skipped_rows``, ...).
 
     Raises:
         ChatTemplateError: the tokenizer has no chat template.
-        PromptFormatError: a row lacks the prompt column or it is not a list of ``{role, content}``.
+        PromptFormatError: a row lacks the prompt column, its prompt is not a non-empty list of
+            ``{role, content}`` with non-blank content, or its ``reward_model`` is not a dict with a string
+            ``ground_truth`` (file, row, field and fix named) -- unless ``skip_bad_rows``.
+        FileNotFoundError: a data file is missing.
         PromptTooLongError: a prompt is too long with ``truncation="error"`` and filtering off.
-        ValueError: bad ``truncation`` / ``max_prompt_length``, unreadable files, or no rows left.
+        ValueError: bad ``truncation`` / ``max_prompt_length``, unreadable/corrupt files, or no rows left.
     """
 
     def __init__(self, data_files: Any, tokenizer: Any, config: Any = None, max_samples: int = -1):
@@ -181,6 +133,7 @@ class RLHFDataset:
         self.truncation: str = _cfg(config, "truncation", "error")
         self.return_raw_chat: bool = bool(_cfg(config, "return_raw_chat", True))
         self.apply_chat_template_kwargs: dict[str, Any] = dict(_cfg(config, "apply_chat_template_kwargs", {}))
+        self.skip_bad_rows: bool = bool(_cfg(config, "skip_bad_rows", False))
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation={self.truncation!r} is not one of {TRUNCATION_MODES}")
         if self.max_prompt_length <= 0:
@@ -190,8 +143,8 @@ class RLHFDataset:
         rows = read_rows(data_files)
         if max_samples is not None and max_samples > 0:
             rows = rows[:max_samples]
-        messages = [self._messages_for(row, file, i) for row, file, i in rows]
-        ids = self._tokenize(messages, rows)
+        self.num_rows_read = len(rows)
+        rows, messages, ids = self._checked_rows(rows)
 
         columns = list(dict.fromkeys(k for row, _, _ in rows for k in row if k != self.prompt_key))
         self.num_filtered = 0
@@ -219,11 +172,67 @@ class RLHFDataset:
                 item["raw_prompt"] = msgs
             self._rows.append(item)
             self._ids.append(tokens)
+        self._log_counts()
+        if not self._rows:
+            raise ValueError(
+                f"no rows left in {data_files}: read {self.num_rows_read}, skipped {self.num_skipped} bad, "
+                f"filtered {self.num_filtered} over max_prompt_length={self.max_prompt_length}"
+            )
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Row counts for metrics: ``data/skipped_rows``, ``data/filtered_prompts``, ``data/truncated_prompts``."""
+        return {
+            "data/skipped_rows": self.num_skipped,
+            "data/filtered_prompts": self.num_filtered,
+            "data/truncated_prompts": self.num_truncated,
+        }
+
+    def _checked_rows(self, rows: list[tuple[dict, str, int]]) -> tuple[list, list, list]:
+        """Validate and tokenize each row; a bad row raises, or is dropped and counted when skipping."""
+        self.num_skipped = 0
+        self.skipped: list[str] = []  # the first reasons, for the log and for users inspecting the dataset
+        kept, messages = [], []
+        for row, file, i in rows:
+            try:
+                msgs = check_messages(row, self.prompt_key, file, i)
+                check_reward_model(row, file, i)
+            except PromptFormatError as exc:
+                self._skip_or_raise(exc)
+                continue
+            kept.append((row, file, i))
+            messages.append(msgs)
+        texts, ok = [], []
+        for msgs, (_, file, i) in zip(messages, kept, strict=True):
+            try:
+                texts.append(self._render(msgs, file, i))
+                ok.append(True)
+            except ChatTemplateError as exc:
+                self._skip_or_raise(exc)
+                ok.append(False)
+        kept = [r for r, good in zip(kept, ok, strict=True) if good]
+        messages = [m for m, good in zip(messages, ok, strict=True) if good]
+        ids = [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+        return kept, messages, ids
+
+    def _skip_or_raise(self, exc: ValueError) -> None:
+        if not self.skip_bad_rows:
+            raise exc
+        self.num_skipped += 1
+        if len(self.skipped) < 20:
+            self.skipped.append(str(exc))
+
+    def _log_counts(self) -> None:
+        total = self.num_rows_read
+        if self.num_skipped:
+            logger.warning(
+                "skipped %d of %d rows (data.skip_bad_rows=true); first: %s", self.num_skipped, total, self.skipped[0]
+            )
         if self.num_filtered:
             logger.warning(
                 "filtered %d of %d prompts longer than max_prompt_length=%d",
                 self.num_filtered,
-                len(rows),
+                total,
                 self.max_prompt_length,
             )
         if self.num_truncated:
@@ -231,13 +240,8 @@ class RLHFDataset:
                 "truncated (%s) %d of %d prompts to max_prompt_length=%d",
                 self.truncation,
                 self.num_truncated,
-                len(rows),
+                total,
                 self.max_prompt_length,
-            )
-        if not self._rows:
-            raise ValueError(
-                f"no rows left in {data_files} (read {len(rows)}, filtered {self.num_filtered} over "
-                f"max_prompt_length={self.max_prompt_length})"
             )
 
     @staticmethod
@@ -257,24 +261,15 @@ class RLHFDataset:
             raise ValueError(f"tokenizer {name!r} has neither pad_token_id nor eos_token_id; set tokenizer.pad_token")
         return int(pad)
 
-    def _messages_for(self, row: dict[str, Any], file: str, i: int) -> list[dict[str, Any]]:
-        return _messages(row, self.prompt_key, file, i)
-
-    def _tokenize(self, messages: list[list[dict[str, Any]]], rows: list[tuple[dict, str, int]]) -> list[list[int]]:
-        texts = []
-        for msgs, (_, file, i) in zip(messages, rows, strict=True):
-            try:
-                text = self.tokenizer.apply_chat_template(
-                    msgs, add_generation_prompt=True, tokenize=False, **self.apply_chat_template_kwargs
-                )
-            except Exception as exc:
-                raise ChatTemplateError(
-                    f"{file} row {i}: the chat template failed on field {self.prompt_key!r}: {exc}"
-                ) from exc
-            texts.append(text)
-        if not texts:
-            return []
-        return [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    def _render(self, msgs: list[dict[str, Any]], file: str, i: int) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(
+                msgs, add_generation_prompt=True, tokenize=False, **self.apply_chat_template_kwargs
+            )
+        except Exception as exc:  # a Jinja error names nothing; wrap it with the row and field
+            raise ChatTemplateError(
+                f"{file} row {i}: the chat template failed on field {self.prompt_key!r}: {exc}"
+            ) from exc
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -37,6 +37,11 @@ class DataConfig:
     truncation: Truncation = fld(
         "error", doc="what to do with a prompt longer than max_prompt_length: error|left|right|middle"
     )
+    skip_bad_rows: bool = fld(
+        False,
+        doc="drop rows with a missing/empty prompt or a bad reward_model instead of failing (counted in "
+        "data/skipped_rows); not a verl key",
+    )
     train_max_samples: int = fld(-1, doc="use at most this many training rows; -1 = all")
     val_max_samples: int = fld(-1, doc="use at most this many validation rows; -1 = all")
     apply_chat_template_kwargs: FreeDict = free_dict(doc="extra kwargs for tokenizer.apply_chat_template")
