@@ -3,7 +3,7 @@
 ``import verl.models`` imports neither torch nor transformers; they are loaded inside the functions.
 """
 
-from verl.models.gguf import ModelResolutionError, WheelGGUFSource, convert_gguf_to_hf
+from verl.models.gguf import ModelNotFoundError, ModelResolutionError, WheelGGUFSource, convert_gguf_to_hf
 from verl.models.resolve import (
     BUILTIN_MODELS,
     DEFAULT_MODEL_NAME,
@@ -12,15 +12,18 @@ from verl.models.resolve import (
     ensure_converted,
     resolve_model_path,
 )
-from verl.models.tokenizer import load_tokenizer
+from verl.models.tokenizer import MissingChatTemplateError, check_chat_template, load_tokenizer
 
 __all__ = [
     "BUILTIN_MODELS",
     "DEFAULT_MODEL_NAME",
+    "MissingChatTemplateError",
+    "ModelNotFoundError",
     "ModelResolutionError",
     "WheelGGUFSource",
     "cache_root",
     "check_causal_lm_folder",
+    "check_chat_template",
     "convert_gguf_to_hf",
     "ensure_converted",
     "load_tokenizer",

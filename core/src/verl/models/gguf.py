@@ -23,6 +23,13 @@ class ModelResolutionError(ValueError):
     """A model path or name cannot be resolved to a loadable HF causal-LM folder."""
 
 
+class ModelNotFoundError(ModelResolutionError, FileNotFoundError):
+    """The model path does not exist (and is no built-in name or locally cached hub repo id).
+
+    Both a ``ValueError`` (via :class:`ModelResolutionError`) and a ``FileNotFoundError``.
+    """
+
+
 @attrs.frozen(kw_only=True)
 class WheelGGUFSource:
     """A GGUF file inside an installed wheel.

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from verl.models.gguf import (
+    ModelNotFoundError,
     ModelResolutionError,
     WheelGGUFSource,
     convert_gguf_to_hf,
@@ -80,9 +81,10 @@ def resolve_model_path(
         progress: receives human-readable status lines; None silences them.
 
     Raises:
+        ModelNotFoundError (ModelResolutionError and FileNotFoundError): the path does not exist.
         ModelResolutionError (ValueError): built-in wheel missing (message has the exact ``pip install`` command),
-            path missing, not a folder, no ``config.json``, not a causal LM, or no weight files. These checks
-            run before anything heavy is imported or loaded.
+            not a folder, no ``config.json``, not a causal LM, or no weight files. These checks run before
+            anything heavy is imported or loaded; every message names the path and the fix.
     """
     text = os.fspath(path).strip()
     if not text:
@@ -102,9 +104,10 @@ def resolve_model_path(
     if cached is not None:
         check_causal_lm_folder(cached)
         return cached
-    raise ModelResolutionError(
+    raise ModelNotFoundError(
         f"model path {text!r} does not exist (and is not a hub repo id found in the local HF cache; nothing is "
-        f"downloaded). Use a built-in name {sorted(BUILTIN_MODELS)} or a local HF model folder."
+        f"downloaded). Set actor_rollout_ref.model.path to a built-in name {sorted(BUILTIN_MODELS)} or a local HF "
+        "model folder (model.save_pretrained output)."
     )
 
 
@@ -125,7 +128,8 @@ def check_causal_lm_folder(folder: Path) -> None:
         config = json.loads(config_file.read_text())
     except FileNotFoundError:
         raise ModelResolutionError(
-            f"model folder {str(folder)!r} has no config.json; expected a HF model folder (save_pretrained output)"
+            f"model folder {str(folder)!r} has no config.json, so it is not a HF model folder; point "
+            "actor_rollout_ref.model.path at the folder written by model.save_pretrained (or a built-in name)"
         ) from None
     except ValueError as exc:
         raise ModelResolutionError(f"{config_file} is not valid JSON: {exc}") from None
@@ -136,7 +140,8 @@ def check_causal_lm_folder(folder: Path) -> None:
         if not any(str(a).endswith(_CAUSAL_SUFFIXES) for a in archs):
             raise ModelResolutionError(
                 f"model folder {str(folder)!r} is not a causal LM: architectures={archs} "
-                f"(expected a *ForCausalLM architecture)"
+                f"(expected a *ForCausalLM architecture); RL post-training needs a decoder LM such as "
+                f"{DEFAULT_MODEL_NAME!r} or a folder saved from AutoModelForCausalLM"
             )
     else:
         model_type = config.get("model_type")
@@ -145,11 +150,12 @@ def check_causal_lm_folder(folder: Path) -> None:
         if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
             raise ModelResolutionError(
                 f"model folder {str(folder)!r}: config.json has no 'architectures' and model_type={model_type!r} "
-                "has no causal-LM class in transformers"
+                "has no causal-LM class in transformers; use a causal LM folder (AutoModelForCausalLM)"
             )
     if not any(next(folder.glob(p), None) is not None for p in _WEIGHT_PATTERNS):
         raise ModelResolutionError(
-            f"model folder {str(folder)!r} has config.json but no weight files ({', '.join(_WEIGHT_PATTERNS)})"
+            f"model folder {str(folder)!r} has config.json but no weight files ({', '.join(_WEIGHT_PATTERNS)}); "
+            "save the model with model.save_pretrained(folder), not only its config"
         )
 
 

@@ -6,7 +6,26 @@ import os
 from typing import Any
 
 
-def load_tokenizer(path: str | os.PathLike[str], *, padding_side: str = "left") -> Any:
+class MissingChatTemplateError(ValueError):
+    """The tokenizer has no chat template, so chat prompts (verl's ``prompt`` column) cannot be rendered."""
+
+
+def check_chat_template(tokenizer: Any, path: str | os.PathLike[str] | None = None) -> None:
+    """Raise :class:`MissingChatTemplateError` (a ``ValueError``) naming ``path`` and the fix when
+    ``tokenizer.chat_template`` is empty. Base (non-instruct) models usually ship without one."""
+    if getattr(tokenizer, "chat_template", None):
+        return
+    name = os.fspath(path) if path is not None else (getattr(tokenizer, "name_or_path", "") or "tokenizer")
+    raise MissingChatTemplateError(
+        f"tokenizer at {name!r} has no chat template, so chat prompts cannot be rendered; use an instruct/chat "
+        "model (e.g. smollm2-135m-instruct), set actor_rollout_ref.model.tokenizer_path to a tokenizer that has "
+        "one, or add a 'chat_template' to its tokenizer_config.json"
+    )
+
+
+def load_tokenizer(
+    path: str | os.PathLike[str], *, padding_side: str = "left", require_chat_template: bool = False
+) -> Any:
     """Load the HF tokenizer of a model for RL rollout and training.
 
     ``path`` is anything :func:`verl.models.resolve_model_path` accepts (a built-in name such as
@@ -22,8 +41,13 @@ def load_tokenizer(path: str | os.PathLike[str], *, padding_side: str = "left") 
       builds ``response_mask`` from the generated lengths, never by comparing tokens to the pad id
       (known failure K06c).
 
+    With ``require_chat_template=True`` a tokenizer without a chat template is refused here (before any
+    worker starts) instead of when the dataset renders its first prompt.
+
     Raises:
-        ModelResolutionError (ValueError): ``path`` cannot be resolved.
+        ModelResolutionError (ValueError): ``path`` cannot be resolved (``ModelNotFoundError``, also a
+            ``FileNotFoundError``, when it does not exist).
+        MissingChatTemplateError (ValueError): ``require_chat_template`` and the tokenizer has none.
         ValueError: the tokenizer has neither pad, EOS nor unknown token to pad with.
     """
     from pathlib import Path
@@ -34,7 +58,17 @@ def load_tokenizer(path: str | os.PathLike[str], *, padding_side: str = "left") 
 
     text = os.fspath(path).strip()
     folder = resolve_model_path(text) if text.lower() in BUILTIN_MODELS or not Path(text).exists() else Path(text)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError, KeyError) as exc:  # transformers' own errors name neither the key nor the fix
+        reason = " ".join(str(exc).split())[:300]
+        raise ValueError(
+            f"cannot load a tokenizer from {str(folder)!r} ({type(exc).__name__}: {reason}); the folder "
+            "needs tokenizer files (tokenizer.json or tokenizer_config.json + vocab): save them with "
+            "tokenizer.save_pretrained(folder), or set actor_rollout_ref.model.tokenizer_path"
+        ) from exc
+    if require_chat_template:
+        check_chat_template(tokenizer, folder)
     tokenizer.padding_side = padding_side
     if tokenizer.pad_token is None:
         fallback = tokenizer.eos_token or tokenizer.unk_token
