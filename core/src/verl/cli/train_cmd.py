@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 HELP = "run RL post-training (GRPO/PPO-style) from a YAML config and key=value overrides"
@@ -41,19 +44,53 @@ def _ensure_gsm8k(files: list[str]) -> None:
         prepare_gsm8k(default)
 
 
-def _already_finished(cfg) -> bool:
+def _already_finished(cfg) -> Path | None:
     """With a fixed step count and ``resume_mode=auto``, a finished run is known from the tracker
-    file alone: say so without loading data, model or checkpoint."""
+    file alone: say so without loading data, model or checkpoint; returns its last checkpoint."""
     total = cfg.trainer.total_training_steps
     if not total or cfg.trainer.resume_mode != "auto":
-        return False
+        return None
     from verl.trainer.checkpoint import CheckpointManager
 
     latest = CheckpointManager(cfg.trainer.default_local_dir).latest()
     if latest is None or latest[0] < total:
-        return False
+        return None
     print(f"verl train: already finished ({latest[0]}/{total} steps in {latest[1]}); nothing to do")
-    return True
+    return latest[1]
+
+
+def _write_final_hf(run_dir: Path, write: Callable[[str], object]) -> Path:
+    """``write(folder)`` into a temp folder renamed to ``final_hf/``: a ``final_hf`` present is always complete."""
+    final = run_dir / "final_hf"
+    for stale in run_dir.glob("final_hf.tmp-*"):  # left by a process killed while exporting
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = run_dir / f"final_hf.tmp-{os.getpid()}"
+    write(str(tmp))
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    return final
+
+
+def _export_if_missing(checkpoint: Path, run_dir: Path) -> int:
+    """A finished run whose process stopped before writing ``final_hf/`` (killed after its last checkpoint):
+    export it now from that checkpoint, as ``verl export`` does. Returns the exit status."""
+    if (run_dir / "final_hf").is_dir():
+        return 0
+    from verl.cli import export_cmd
+
+    def export(out: str) -> None:
+        code = export_cmd.run(argparse.Namespace(checkpoint=str(checkpoint), out=out, hf_source=None, strategy=None))
+        if code != 0:
+            raise RuntimeError(f"exporting {checkpoint} to {run_dir / 'final_hf'} failed (verl export exit {code})")
+
+    try:
+        final = _write_final_hf(run_dir, export)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"verl train: final actor (HF folder) was missing; exported {checkpoint} to {final}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     save_resolved_config(cfg, run_dir)
 
-    if _already_finished(cfg):
-        return 0
+    finished = _already_finished(cfg)
+    if finished is not None:
+        return _export_if_missing(finished, run_dir)
 
     from verl.controller import WorkerError
     from verl.trainer.checkpoint import CheckpointSaveError
@@ -100,8 +138,10 @@ def run(args: argparse.Namespace) -> int:
             return 2
         try:
             trainer.fit()
-            if trainer.global_steps > 0 and not trainer.already_finished:
-                final = trainer.actor_rollout_wg.export_hf(str(run_dir / "final_hf"))[0]
+            if trainer.already_finished:
+                return _export_if_missing(trainer.checkpoints.latest()[1], run_dir)
+            if trainer.global_steps > 0:
+                final = _write_final_hf(run_dir, trainer.actor_rollout_wg.export_hf)
                 print(f"verl train: done, {trainer.global_steps} steps; final actor (HF folder): {final}")
         except WorkerError as exc:
             # A worker raised or died (names class, rank, method); checkpoints are written atomically,
