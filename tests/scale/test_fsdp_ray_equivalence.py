@@ -6,6 +6,7 @@ with the real PPO loss, on the same global batch:
 * per-token log-probs within 1e-5 (absolute);
 * loss metrics and grad norm within 1e-5 (relative) on each of 3 optimizer steps;
 * weights after the 3 steps within 1e-5 (absolute), compared through the exported HF folders;
+* 1 micro-batch (reference) vs 4 micro-batches per rank (FSDP): gradient accumulation changes nothing;
 * ``token-mean`` over uneven response lengths (the two ranks hold different token counts).
 
 Then ``verl train`` itself: ``trainer.controller=ray trainer.n_gpus_per_node=2 actor.strategy=fsdp``
@@ -45,7 +46,7 @@ def _config(model_dir: Path, *, distributed: bool, micro: int = 2):
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",  # one optimizer step per update_actor call
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
         "actor_rollout_ref.actor.use_dynamic_bsz=false",
-        "actor_rollout_ref.actor.optim.lr=0.05",
+        "actor_rollout_ref.actor.optim.lr=0.005",  # Adam turns float-rounding noise of tiny grads into lr-sized steps
         "actor_rollout_ref.actor.loss_agg_mode=token-mean",
         "actor_rollout_ref.actor.use_kl_loss=false",
         "actor_rollout_ref.actor.entropy_coeff=0.01",
@@ -75,7 +76,8 @@ def _batch(seed: int = 0) -> DataProto:
             "prompts": prompt * prompt_mask,
             "responses": responses,
             "response_mask": response_mask,
-            "advantages": torch.randn(ROWS, RESP_LEN, generator=gen) * response_mask,
+            # Mostly positive: a loss of order 1, so "relative" measures the engines, not cancellation.
+            "advantages": (torch.randn(ROWS, RESP_LEN, generator=gen) * 0.5 + 1.0) * response_mask,
         },
         meta_info={"temperature": 0.9},
     )
@@ -84,9 +86,12 @@ def _batch(seed: int = 0) -> DataProto:
 def _groups(model_dir: Path):
     from verl.controller.ray import RayResourcePool, RayWorkerGroup
 
-    local = LocalWorkerGroup(ClassWithInitArgs(ActorRolloutRefWorker, _config(model_dir, distributed=False), "actor"))
+    # 1 micro-batch of 8 rows in one process vs 4 micro-batches of 1 row on each of 2 ranks.
+    local_cfg = _config(model_dir, distributed=False, micro=8)
+    local = LocalWorkerGroup(ClassWithInitArgs(ActorRolloutRefWorker, local_cfg, "actor"))
     pool = RayResourcePool([2])
-    dist = RayWorkerGroup(pool, ClassWithInitArgs(ActorRolloutRefWorker, _config(model_dir, distributed=True), "actor"))
+    dist_cfg = _config(model_dir, distributed=True, micro=1)
+    dist = RayWorkerGroup(pool, ClassWithInitArgs(ActorRolloutRefWorker, dist_cfg, "actor"))
     return local, dist
 
 

@@ -118,6 +118,16 @@ class Mortal(Worker):
         return self.rank
 
 
+class PeerOfTheDead(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def collective(self):
+        # Rank 1's process dies; rank 0's collective then fails, as gloo does after a peer vanished.
+        if self.rank == 1:
+            os._exit(1)
+        time.sleep(0.5)
+        raise RuntimeError("Connection reset by peer")
+
+
 class BrokenInit(Worker):
     def __init__(self):
         if self.rank == 1:
@@ -314,6 +324,14 @@ def test_dead_worker_process_becomes_worker_error_saying_it_died(ray_runtime):
     assert wg.workers == [] and pool._pgs is None
     with pytest.raises(RuntimeError, match="shut down"):
         wg.die_on(0)
+
+
+def test_dead_rank_is_reported_before_the_survivors_follow_up_errors(ray_runtime):
+    with RayWorkerGroup(small_pool(), ClassWithInitArgs(PeerOfTheDead)) as wg, pytest.raises(WorkerError) as info:
+        wg.collective()
+    err = info.value
+    assert (err.rank, err.method_name, err.failed_ranks) == (1, "collective", (0, 1))
+    assert "failed on rank 1" in str(err) and "died" in str(err) and "ranks [0] failed as well" in str(err)
 
 
 def test_constructor_failure_is_a_worker_error_for_init(ray_runtime):

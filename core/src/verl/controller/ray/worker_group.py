@@ -198,7 +198,8 @@ class RayWorkerGroup(WorkerGroup):
         """Values of ``handles`` in order.
 
         Raises:
-            WorkerError: for the lowest failing rank (``failed_ranks`` lists every rank seen failing; the
+            WorkerError: for the lowest rank whose process died, else the lowest failing rank
+                (``failed_ranks`` lists every rank seen failing; the
                 other ranks get :data:`ERROR_GRACE_S` to finish first). ``__cause__`` is the worker's own
                 exception (remote traceback attached as a note) or a :class:`WorkerDiedError`.
             TimeoutError: not all finished within ``timeout`` seconds (names the method and pending ranks);
@@ -230,7 +231,9 @@ class RayWorkerGroup(WorkerGroup):
                         deadline = grace_end if deadline is None else min(deadline, grace_end)
                     errors[i] = self._map_error(handles[i], err)
         if errors:
-            first = min(errors, key=lambda i: handles[i].rank)
+            # A dead worker is the root cause: the survivors' collectives then fail with "connection reset"
+            # errors, so it is reported first (lowest dead rank), else the lowest failing rank.
+            first = min(errors, key=lambda i: (not isinstance(errors[i][0], WorkerDiedError), handles[i].rank))
             cause, chained = errors[first]
             failed = tuple(sorted(handles[i].rank for i in errors))
             error = WorkerError(
