@@ -87,7 +87,13 @@ def test_placement_at_last_valid_token_hand_computed():
     expected[2, 7] = 1.0
     assert out["reward_tensor"].dtype == torch.float32
     assert torch.equal(out["reward_tensor"], expected)
-    assert out["metrics"] == {"reward/errors": 0, "reward/timeouts": 0, "reward/empty_responses": 1}
+    assert out["metrics"] == {
+        "reward/errors": 0,
+        "reward/timeouts": 0,
+        "reward/invalid": 0,
+        "reward/crashes": 0,
+        "reward/empty_responses": 1,
+    }
     assert out["reward_extra_info"] == {"acc": [1.0, 0.0, 1.0, 0.0]}
 
 
@@ -278,7 +284,7 @@ def test_numeric_types_accepted():
     assert out["metrics"]["reward/errors"] == 0
 
 
-def test_exception_zero_policy_logs_once(caplog):
+def test_exception_zero_policy_logs_once_per_call(caplog):
     data = make_batch(["a", "b", "c", "d"], ["s"] * 4, [""] * 4)
 
     def scorer(data_source, solution_str, ground_truth, extra_info=None):
@@ -293,8 +299,10 @@ def test_exception_zero_policy_logs_once(caplog):
     assert out["reward_tensor"].sum(-1).tolist() == [1.0, 0.0, 1.0, 0.0]
     assert out["metrics"]["reward/errors"] == 2
     assert manager.last_metrics["reward/errors"] == 2
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "KeyError" in warnings[0].getMessage()
+    # One warning per kind of failure per call (= per training step), naming the first failing sample (index 1).
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert all("reward sample 1 " in w and "KeyError" in w for w in warnings)
 
 
 def test_exception_fail_policy_names_sample_and_chains_cause():
@@ -341,7 +349,13 @@ def test_timeout_zero_policy():
     elapsed = time.monotonic() - start
     assert 0.2 <= elapsed < 2.0
     assert out["reward_tensor"].sum(-1).tolist() == [1.0, 0.0, 1.0]
-    assert out["metrics"] == {"reward/errors": 1, "reward/timeouts": 1, "reward/empty_responses": 0}
+    assert out["metrics"] == {
+        "reward/errors": 1,
+        "reward/timeouts": 1,
+        "reward/invalid": 0,
+        "reward/crashes": 0,
+        "reward/empty_responses": 0,
+    }
 
 
 def test_hung_scorers_do_not_block_the_rest_with_one_worker():

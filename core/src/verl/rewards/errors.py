@@ -52,3 +52,25 @@ class RewardFunctionError(ValueError):
 
     def __reduce__(self):  # keep the exception picklable (worker processes, Ray)
         return (type(self), (self.index, self.data_source, self.kind, self.detail))
+
+
+class ScorerRaised(Exception):
+    """Stand-in for an exception a scorer raised in a worker process whose class the trainer cannot unpickle.
+
+    Attributes:
+        type_name: class name of the original exception (e.g. ``"MyScorerError"``).
+        message: ``str()`` of the original exception.
+    The worker's formatted traceback is attached as ``remote_traceback`` by the pool.
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type_name = type_name
+        self.message = message
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.type_name, self.message))
+
+
+class ScorerProcessDied(Exception):
+    """The reward worker process died while scoring a sample (segfault, ``os._exit``, killed for memory)."""

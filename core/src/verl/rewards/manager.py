@@ -1,7 +1,7 @@
 """Reward manager: decode responses, score them, place each score on the last valid response token.
 
-Semantics of verl's ``naive`` reward manager (verl/workers/reward_manager/naive.py) plus per-sample timeouts and
-an error policy. Anatomy §14 item 2: the score sits at response index ``valid_len - 1`` and zeros elsewhere, so
+Semantics of verl's ``naive`` reward manager (verl/workers/reward_manager/naive.py) plus isolation (scorers run in
+worker processes, threads or inline), per-sample timeouts and an error policy. Anatomy §14 item 2: the score sits at response index ``valid_len - 1`` and zeros elsewhere, so
 ``token_level_scores.sum(-1)`` is the sequence score.
 """
 
@@ -16,14 +16,24 @@ from typing import Any
 import torch
 
 from verl.rewards._pool import Outcome, run_with_timeouts
+from verl.rewards._procpool import ScorerProcessPool, ScorerSpec
 from verl.rewards.default import check_data_source, check_reward_kwargs, default_compute_score
-from verl.rewards.errors import RewardConfigError, RewardFunctionError, RewardInputError
+from verl.rewards.errors import (
+    RewardConfigError,
+    RewardFunctionError,
+    RewardInputError,
+    ScorerProcessDied,
+    ScorerRaised,
+)
 
-__all__ = ["RewardManager", "ON_ERROR_POLICIES"]
+__all__ = ["RewardManager", "ON_ERROR_POLICIES", "ISOLATION_MODES", "ScorerSpec"]
 
 logger = logging.getLogger(__name__)
 
 ON_ERROR_POLICIES = ("zero", "fail")
+ISOLATION_MODES = ("auto", "process", "thread", "none")
+# Per-kind counters, all included in reward/errors.
+_KIND_METRICS = {"timeout": "reward/timeouts", "invalid_result": "reward/invalid", "crash": "reward/crashes"}
 _MAX_DETAIL_CHARS = 200
 
 
@@ -62,28 +72,42 @@ def _short(text: str) -> str:
 
 
 class RewardManager:
-    """Rule-based reward manager (verl ``naive`` semantics) with per-sample timeouts and an error policy.
+    """Rule-based reward manager (verl ``naive`` semantics) with isolation, per-sample timeouts and an error policy.
 
     Args:
         tokenizer: anything with ``decode(ids: list[int], skip_special_tokens=True) -> str``.
         compute_score: ``fn(data_source, solution_str, ground_truth, extra_info, **reward_kwargs) -> float | dict``
-            (dict needs ``"score"``; may be ``async def``); ``None`` uses :func:`default_compute_score`.
+            (dict needs ``"score"``; may be ``async def``); a :class:`ScorerSpec` (the function by file path, which
+            process isolation needs); ``None`` uses :func:`default_compute_score`.
         reward_fn_key: non-tensor column holding each sample's data source.
         reward_kwargs: keywords passed to every ``compute_score`` call (e.g. ``{"method": "flexible"}``).
-        timeout_s: per-sample limit in seconds (from when the sample starts running); ``None`` disables it. A
-            timed-out scorer thread is abandoned, not killed: it runs on in the background (see ``_pool``).
-        on_error: ``"zero"`` scores failed samples 0.0, counts them and logs each kind of failure once;
-            ``"fail"`` raises :class:`RewardFunctionError` naming the sample index, data source and error.
-        num_workers: scorer threads per call (>= 1).
+        timeout_s: per-sample limit in seconds (from when the sample starts running); ``None`` disables it. With
+            process isolation the worker running a timed-out sample is killed and replaced; with thread isolation
+            the thread is abandoned, not killed (it runs on in the background, see ``_pool``).
+        on_error: ``"zero"`` scores failed samples 0.0, counts them and logs one warning per kind of failure per
+            call, naming the first failing sample; ``"fail"`` raises :class:`RewardFunctionError` naming the
+            sample index, data source and error.
+        num_workers: scorer processes (kept for the manager's life) or threads (per call), >= 1.
         num_examine: decoded samples per data source logged at INFO level on each call (verl's ``num_examine``).
+        isolation: ``"process"`` (a pool of spawn-context worker processes, :class:`ScorerProcessPool`: needs
+            ``compute_score`` to be a ``ScorerSpec`` or ``None``), ``"thread"`` (daemon threads in this process),
+            ``"none"`` (inline in the caller's thread; ``timeout_s`` is ignored), or ``"auto"``: process for a
+            ``ScorerSpec`` with a path (user code), thread otherwise (built-in rule scorers are trusted and fast).
+        memory_limit_mb: address-space limit (``RLIMIT_AS``) per worker process in MiB; ``None`` = none. Only
+            used with process isolation.
 
     A failure is an exception, a timeout, or a result that is ``None``, not a number/dict, a dict without
     ``"score"``, or a NaN/inf score. Configuration errors (:class:`RewardConfigError`: unknown data source,
     unknown reward keyword) are raised whatever the policy.
 
+    Metrics of each call (sample counts): ``reward/errors`` (every failed sample), of which ``reward/timeouts``,
+    ``reward/invalid`` (bad result), ``reward/crashes`` (worker process died); ``reward/empty_responses``.
+
     Raises:
-        ValueError: invalid ``on_error``, ``timeout_s`` or ``num_workers``.
-        RewardConfigError: ``reward_kwargs`` not accepted by the default scorer.
+        ValueError: invalid ``on_error``, ``timeout_s``, ``num_workers``, ``isolation`` or ``memory_limit_mb``, or
+            process isolation asked for a plain callable (it cannot be loaded by path in a worker).
+        RewardConfigError: ``reward_kwargs`` not accepted by the default scorer; with process isolation, a worker
+            could not import the scorer (:class:`RewardFunctionLoadError`).
     """
 
     def __init__(
@@ -96,6 +120,8 @@ class RewardManager:
         on_error: str = "zero",
         num_workers: int = 8,
         num_examine: int = 0,
+        isolation: str = "auto",
+        memory_limit_mb: int | None = 2048,
     ) -> None:
         if on_error not in ON_ERROR_POLICIES:
             raise ValueError(f"on_error={on_error!r} is not supported; use one of {ON_ERROR_POLICIES}")
@@ -103,9 +129,27 @@ class RewardManager:
             raise ValueError(f"timeout_s={timeout_s!r} must be > 0 seconds, or None to disable the timeout")
         if int(num_workers) < 1:
             raise ValueError(f"num_workers={num_workers!r} must be >= 1")
+        if isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation={isolation!r} is not supported; use one of {ISOLATION_MODES}")
+        spec = compute_score if isinstance(compute_score, ScorerSpec) else None
+        if isolation == "auto":
+            isolation = "process" if spec is not None and spec.path is not None else "thread"
+        if isolation == "process" and compute_score is not None and spec is None:
+            raise ValueError(
+                "isolation='process' loads the scorer by file path in each worker and cannot use a Python callable; "
+                "pass ScorerSpec(path, name, reward_kwargs) (custom_reward_function.path) or use isolation='thread'"
+            )
+        self.isolation = isolation
         self.tokenizer = tokenizer
-        self.uses_default_scorer = compute_score is None
-        self.compute_score = default_compute_score if compute_score is None else compute_score
+        self.uses_default_scorer = compute_score is None or (spec is not None and spec.path is None)
+        self._pool: ScorerProcessPool | None = None
+        if isolation == "process":
+            self.compute_score = None
+            self._pool = ScorerProcessPool(spec or ScorerSpec(), int(num_workers), memory_limit_mb)
+        elif spec is not None:
+            self.compute_score = spec.load()
+        else:
+            self.compute_score = default_compute_score if compute_score is None else compute_score
         self.reward_fn_key = reward_fn_key
         self.reward_kwargs = dict(reward_kwargs or {})
         self.timeout_s = timeout_s
@@ -113,7 +157,7 @@ class RewardManager:
         self.num_workers = int(num_workers)
         self.num_examine = int(num_examine)
         self.last_metrics: dict[str, int] = {}
-        self._logged_failures: set[tuple[str, str, str]] = set()
+        self._warned_kinds: set[str] = set()  # reset on every call: one warning per kind per step
         if self.uses_default_scorer:
             check_reward_kwargs(self.reward_kwargs)
 
@@ -170,7 +214,8 @@ class RewardManager:
             ``token_level_scores`` (bs, resp_len) float32 on the device of ``responses``, the score at the last
             valid token of each row; with ``return_dict=True`` a dict ``{"reward_tensor", "reward_extra_info"
             (key -> list of bs values, None where a sample did not report the key), "metrics" ({"reward/errors",
-            "reward/timeouts", "reward/empty_responses"} counts; errors include timeouts)}``.
+            "reward/timeouts", "reward/invalid", "reward/crashes", "reward/empty_responses"} sample counts;
+            errors include the three kinds)}``.
 
         Raises:
             RewardInputError: missing column / inconsistent shapes.
@@ -210,42 +255,65 @@ class RewardManager:
             for row, length in zip(rows, lengths, strict=True)
         ]
 
-        def score_one(index: int) -> Any:
+        def kwargs_of(index: int) -> dict[str, Any]:
             extra_info = extra_infos[index]
-            return self.compute_score(
-                data_source=data_sources[index],
-                solution_str=solution_strs[index],
-                ground_truth=ground_truths[index],
-                extra_info=dict(extra_info) if isinstance(extra_info, Mapping) else extra_info,
+            return {
+                "data_source": data_sources[index],
+                "solution_str": solution_strs[index],
+                "ground_truth": ground_truths[index],
+                "extra_info": dict(extra_info) if isinstance(extra_info, Mapping) else extra_info,
                 **self.reward_kwargs,
-            )
+            }
 
         def stop(outcome: Outcome) -> bool:
             return isinstance(outcome.error, RewardConfigError) or (self.on_error == "fail" and not outcome.ok)
 
-        outcomes = run_with_timeouts(
-            score_one, bs, num_workers=self.num_workers, timeout_s=self.timeout_s, should_stop=stop
-        )
+        self._warned_kinds = set()
+        if self.isolation == "process" and self._pool is None:
+            raise RuntimeError("this RewardManager was closed; its reward worker processes are stopped")
+        if self._pool is not None:
+            items = [kwargs_of(index) for index in range(bs)]
+            outcomes = self._pool.map(items, timeout_s=self.timeout_s, should_stop=stop)
+        elif self.isolation == "none":
+            outcomes = run_with_timeouts(
+                lambda i: self.compute_score(**kwargs_of(i)), bs, num_workers=1, timeout_s=None, should_stop=stop
+            )
+        else:
+            outcomes = run_with_timeouts(
+                lambda i: self.compute_score(**kwargs_of(i)),
+                bs,
+                num_workers=self.num_workers,
+                timeout_s=self.timeout_s,
+                should_stop=stop,
+            )
         return self._assemble(outcomes, data_sources, solution_strs, ground_truths, lengths, responses, return_dict)
 
     def _failure(self, index: int, outcome: Outcome, data_source: str) -> tuple[str, str]:
         """(kind, detail) of a failed sample; raises for config errors and under on_error='fail'."""
+        error = outcome.error
         if outcome.timed_out:
             kind = "timeout"
-            detail = f"no result after {self.timeout_s}s (scorer thread abandoned, it may still be running)"
+            how = "worker process killed" if self._pool is not None else "scorer thread abandoned, may still run"
+            detail = f"no result after {self.timeout_s}s ({how})"
+        elif isinstance(error, ScorerProcessDied):
+            kind, detail = "crash", _short(str(error))
         else:
-            kind = "invalid_result" if isinstance(outcome.error, _InvalidResult) else "exception"
-            detail = _short(f"{type(outcome.error).__name__}: {outcome.error}")
-        if isinstance(outcome.error, RewardConfigError):
-            raise outcome.error
+            kind = "invalid_result" if isinstance(error, _InvalidResult) else "exception"
+            name = error.type_name if isinstance(error, ScorerRaised) else type(error).__name__
+            detail = _short(f"{name}: {error}")
+        if isinstance(error, RewardConfigError):
+            raise error
         if self.on_error == "fail":
-            raise RewardFunctionError(index, data_source, kind, detail) from outcome.error
-        key = (data_source, kind, type(outcome.error).__name__)
-        if key not in self._logged_failures:  # once per kind of failure, not once per sample
-            self._logged_failures.add(key)
+            failure = RewardFunctionError(index, data_source, kind, detail)
+            remote = getattr(error, "remote_traceback", None)
+            if remote:
+                failure.add_note(f"traceback in the reward worker process:\n{remote.rstrip()}")
+            raise failure from error
+        if kind not in self._warned_kinds:  # once per kind per call (= per training step), not once per sample
+            self._warned_kinds.add(kind)
             logger.warning(
-                "reward sample %d (data_source=%r) scored 0.0 after %s: %s (further %s failures of this kind are "
-                "only counted in reward/errors)",
+                "reward sample %d (data_source=%r) scored 0.0 after %s: %s (further %s failures in this batch are "
+                "only counted in the reward/ metrics)",
                 index,
                 data_source,
                 kind,
@@ -258,7 +326,8 @@ class RewardManager:
         bs, resp_len = responses.shape
         scores = [0.0] * bs
         extras: list[dict[str, Any] | None] = []  # None marks a failed sample
-        errors = timeouts = 0
+        errors = 0
+        by_kind = dict.fromkeys(_KIND_METRICS.values(), 0)
         for index, outcome in enumerate(outcomes):
             if outcome is not None and outcome.ok:
                 try:
@@ -272,7 +341,8 @@ class RewardManager:
                 continue
             kind, _ = self._failure(index, outcome, data_sources[index])
             errors += 1
-            timeouts += kind == "timeout"
+            if kind in _KIND_METRICS:
+                by_kind[_KIND_METRICS[kind]] += 1
             extras.append(None)
         reward_tensor = torch.zeros((bs, resp_len), dtype=torch.float32, device=responses.device)
         rows = [i for i in range(bs) if lengths[i] > 0]
@@ -287,7 +357,7 @@ class RewardManager:
         reward_extra_info = {key: [(failed if extra is None else extra).get(key) for extra in extras] for key in keys}
         metrics = {
             "reward/errors": errors,
-            "reward/timeouts": timeouts,
+            **by_kind,
             "reward/empty_responses": sum(1 for length in lengths if length == 0),
         }
         self.last_metrics = metrics
@@ -295,6 +365,17 @@ class RewardManager:
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": reward_extra_info, "metrics": metrics}
         return reward_tensor
+
+    def close(self) -> None:
+        """Stop the worker processes (process isolation); a no-op otherwise. The manager is unusable after."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    @property
+    def worker_restarts(self) -> int:
+        """Worker processes replaced (crash, timeout, MemoryError) over the manager's life; 0 without processes."""
+        return 0 if self._pool is None else self._pool.restarts
 
     def _examine(self, data_sources, solution_strs, ground_truths, scores) -> None:
         if self.num_examine <= 0 or not logger.isEnabledFor(logging.INFO):

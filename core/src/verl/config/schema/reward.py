@@ -9,6 +9,7 @@ import attrs
 from verl.config.schema._fields import FreeDict, fld, free_dict, section
 
 OnError = Literal["zero", "fail"]
+Isolation = Literal["auto", "process", "thread", "none"]
 
 
 @attrs.frozen(kw_only=True)
@@ -25,8 +26,10 @@ class RewardModelConfig:
     """Reward computation: rule scorers through a reward manager, optionally a reward model.
 
     ``timeout_s``/``on_error``/``num_workers`` drive the reward manager that runs scorers in
-    parallel: a scorer that raises or exceeds ``timeout_s`` gives reward 0 (``zero``) or stops
-    training (``fail``).
+    parallel: a scorer that raises, returns a bad value or exceeds ``timeout_s`` gives reward 0
+    (``zero``) or stops training (``fail``). ``isolation``/``memory_limit_mb`` decide where scorers
+    run: ``auto`` runs ``custom_reward_function.path`` code in worker processes (killed on timeout,
+    replaced on crash, address space limited) and the built-in rule scorers on threads (docs/reliability.md).
     """
 
     enable: bool = fld(False, doc="score with a learned reward model in addition to rule scorers")
@@ -36,7 +39,15 @@ class RewardModelConfig:
     reward_kwargs: FreeDict = free_dict(doc="extra kwargs passed to every scorer, e.g. {method: flexible}")
     timeout_s: float | None = fld(30.0, doc="per-sample scorer time limit in seconds; null = none")
     on_error: OnError = fld("zero", doc="scorer exception or timeout: zero = reward 0 and log; fail = raise")
-    num_workers: int = fld(8, doc="parallel scorer workers")
+    num_workers: int = fld(8, doc="parallel scorer workers (processes or threads, see isolation)")
+    isolation: Isolation = fld(
+        "auto",
+        doc="where scorers run: process = worker processes (custom code), thread = threads in the trainer, "
+        "none = inline (no timeout); auto = process for custom_reward_function.path, thread for built-ins",
+    )
+    memory_limit_mb: int | None = fld(
+        2048, doc="address-space limit (RLIMIT_AS) per reward worker process in MiB; null = none; process only"
+    )
 
 
 @attrs.frozen(kw_only=True)
