@@ -121,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
         return _export_if_missing(finished, run_dir)
 
     from verl.controller import WorkerError
+    from verl.rewards.errors import RewardFunctionError
     from verl.trainer.checkpoint import CheckpointSaveError
+    from verl.trainer.guards import NonFiniteStepsError
     from verl.trainer.ppo_trainer import PPOTrainer
 
     trainer = None
@@ -150,6 +152,13 @@ def run(args: argparse.Namespace) -> int:
                 raise
             print(f"error: {exc}", file=sys.stderr)
             print(f"verl train: stopped at step {trainer.global_steps}; rerun to resume", file=sys.stderr)
+            return 1
+        except (NonFiniteStepsError, RewardFunctionError) as exc:
+            # The run's own guards (docs/reliability.md): the message names the steps or sample and the fix.
+            if args.verbose:
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            print(f"verl train: stopped at step {trainer.global_steps}", file=sys.stderr)
             return 1
         except CheckpointSaveError as exc:
             # Stop rather than train on without checkpoints (a full disk rarely frees itself): the last

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from verl.trainer import faults
+from verl.trainer.guards import NonFiniteStepGuard
 from verl.trainer.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -68,6 +69,7 @@ class PPOTrainer:
         self.final_metrics: dict[str, float] = {}
         self.already_finished = False  # set by fit() when a resumed run had no step left
         self.validation_history: list[dict[str, Any]] = []
+        self.nonfinite_guard = NonFiniteStepGuard(config.trainer.max_nonfinite_steps)
 
     # ------------------------------------------------------------------ set-up
 
@@ -188,14 +190,15 @@ class PPOTrainer:
             future.get()
 
     def _build_reward_manager(self) -> Any:
-        from verl.rewards import RewardManager, load_reward_function
+        from verl.rewards import RewardManager
+        from verl.rewards.manager import ScorerSpec
 
         cfg = self.config
         rm = cfg.reward_model
         custom = cfg.custom_reward_function
         compute_score = None
-        if custom.path:
-            compute_score = load_reward_function(custom.path, custom.name, dict(custom.reward_kwargs))
+        if custom.path:  # loaded by path: in worker processes (isolation auto/process) or here (thread/none)
+            compute_score = ScorerSpec(custom.path, custom.name, dict(custom.reward_kwargs))
         return RewardManager(
             self.tokenizer,
             compute_score=compute_score,
@@ -204,6 +207,8 @@ class PPOTrainer:
             timeout_s=rm.timeout_s,
             on_error=rm.on_error,
             num_workers=rm.num_workers,
+            isolation=rm.isolation,
+            memory_limit_mb=rm.memory_limit_mb,
         )
 
     # ------------------------------------------------------------------ stages
@@ -332,6 +337,7 @@ class PPOTrainer:
             with marked_timer("update_actor", timing):
                 out = wg.update_actor(batch)
             metrics.update(reduce_metrics(out.meta_info["metrics"]))
+            metrics.update(self.nonfinite_guard.observe(out.meta_info["metrics"], self.global_steps + 1))
             self.global_steps += 1
             if self._should_save():
                 faults.check("save_checkpoint", step)
@@ -514,6 +520,12 @@ class PPOTrainer:
                         metrics.update(self.validate())
                     metrics["timing_s/testing"] = timing["testing"]
                 self.tracking.log(metrics, step=self.global_steps)
+                if self.nonfinite_guard.tripped:  # checkpoint (unless this step just saved one), then stop
+                    self.final_metrics = metrics
+                    saved = self._should_save()
+                    raise self.nonfinite_guard.stop(
+                        (lambda: self.checkpoints.step_dir(self.global_steps)) if saved else self.save_checkpoint
+                    )
                 if last:
                     break
         self.final_metrics = metrics
@@ -524,6 +536,9 @@ class PPOTrainer:
         try:
             if hasattr(self, "tracking"):
                 self.tracking.close()
+            reward_fn = getattr(self, "reward_fn", None)
+            if reward_fn is not None and hasattr(reward_fn, "close"):
+                reward_fn.close()  # stops the reward worker processes
         finally:
             groups = {id(g): g for g in (getattr(self, "actor_rollout_wg", None), getattr(self, "rollout_wg", None))}
             for group in groups.values():

@@ -23,7 +23,8 @@ class TrainerConfig:
     wandb, not a dependency here), ``device`` null = auto-detect via platform probes (verl
     ``cuda``), ``default_local_dir`` null = ``checkpoints/<project_name>/<experiment_name>``
     (verl's interpolation, filled in by load_config). New keys: ``controller`` (``local`` =
-    in-process worker group, world size 1; ``ray`` = Ray actors) and ``seed``.
+    in-process worker group, world size 1; ``ray`` = Ray actors), ``seed`` and
+    ``max_nonfinite_steps`` (docs/reliability.md).
     """
 
     total_epochs: int = fld(30, doc="passes over the training set")
@@ -49,6 +50,11 @@ class TrainerConfig:
     validation_data_dir: str | None = fld(None, doc="dump validation generations (jsonl) here; null = off")
     rollout_data_dir: str | None = fld(None, doc="dump training rollouts (jsonl) here; null = off")
     balance_batch: bool = fld(True, doc="reorder sequences so data-parallel ranks get equal token counts")
+    max_nonfinite_steps: int | None = fld(
+        5,
+        doc="stop the run (after a checkpoint) when this many consecutive optimizer steps were skipped for a "
+        "non-finite grad norm (actor/skipped_steps); null = never stop",
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -1,0 +1,146 @@
+"""Run-level guards of the training loop: stop a run whose optimizer steps keep being skipped.
+
+The training engine skips an optimizer step whose global grad norm is NaN/inf (the weights stay finite) and counts
+it in ``actor/skipped_steps`` (cumulative). One skipped step is noise; a long streak means the run is diverging
+(learning rate too high, a bad batch, a broken custom loss or reward), and every further step is wasted compute.
+:class:`NonFiniteStepGuard` keeps the number of consecutive skipped optimizer steps and trips when it exceeds
+``trainer.max_nonfinite_steps``; the trainer then saves a checkpoint (the weights are still finite: every bad update
+was skipped) and stops with :class:`NonFiniteStepsError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["NonFiniteStepGuard", "NonFiniteStepsError"]
+
+logger = logging.getLogger(__name__)
+
+
+class NonFiniteStepsError(RuntimeError):
+    """Too many consecutive optimizer steps were skipped for a non-finite grad norm; the run was stopped.
+
+    Attributes:
+        streak: consecutive skipped optimizer steps when the run stopped.
+        limit: ``trainer.max_nonfinite_steps``.
+        steps: training steps (``global_steps``) that contained skipped optimizer steps of the streak.
+        checkpoint: folder of the checkpoint saved before stopping, or ``None``.
+    """
+
+    def __init__(self, streak: int, limit: int, steps: Sequence[int], checkpoint: str | None) -> None:
+        self.streak = streak
+        self.limit = limit
+        self.steps = list(steps)
+        self.checkpoint = checkpoint
+        saved = f"; checkpoint of the last finite weights: {checkpoint}" if checkpoint else ""
+        super().__init__(
+            f"{streak} consecutive optimizer steps had a non-finite (NaN/inf) grad norm and were skipped, more than "
+            f"trainer.max_nonfinite_steps={limit} (training steps {_ranges(self.steps)}){saved}. The loss or its "
+            "gradient is NaN/inf: lower actor_rollout_ref.actor.optim.lr, check the data and rewards of those steps "
+            "(trainer.rollout_data_dir dumps them) and any custom loss or reward function, then resume; "
+            "trainer.max_nonfinite_steps=null disables this check."
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.streak, self.limit, self.steps, self.checkpoint))
+
+
+def _ranges(steps: Sequence[int]) -> str:
+    if not steps:
+        return "none"
+    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 and steps[-1] - steps[0] == len(steps) - 1 else str(steps)
+
+
+def _floats(values: Any) -> list[float]:
+    if values is None:
+        return []
+    if isinstance(values, (int, float)):
+        return [float(values)]
+    return [float(v) for v in values]
+
+
+class NonFiniteStepGuard:
+    """Counts consecutive skipped optimizer steps from the metrics ``update_actor`` returns.
+
+    Args:
+        max_nonfinite_steps: trip when the streak exceeds this (>= 1); ``None`` never trips (still counts).
+
+    Raises:
+        ValueError: ``max_nonfinite_steps`` is not ``None`` and < 1.
+    """
+
+    def __init__(self, max_nonfinite_steps: int | None) -> None:
+        if max_nonfinite_steps is not None and int(max_nonfinite_steps) < 1:
+            raise ValueError(
+                f"trainer.max_nonfinite_steps={max_nonfinite_steps!r} must be >= 1 (consecutive skipped optimizer "
+                "steps before the run stops) or null for no limit"
+            )
+        self.limit = None if max_nonfinite_steps is None else int(max_nonfinite_steps)
+        self.streak = 0
+        self.streak_steps: list[int] = []
+        self._cumulative: float | None = None
+
+    @property
+    def tripped(self) -> bool:
+        """True once the streak exceeds the limit."""
+        return self.limit is not None and self.streak > self.limit
+
+    def observe(self, raw_metrics: Mapping[str, Any], step: int) -> dict[str, float]:
+        """Update the streak from one ``update_actor`` call; returns ``{"actor/nonfinite_streak": streak}``.
+
+        Args:
+            raw_metrics: ``update_actor``'s ``meta_info["metrics"]`` before reduction: ``actor/skipped_steps``
+                (one cumulative count per data-parallel rank) and, when present, ``actor/grad_norm`` (one value per
+                optimizer step, rank after rank) which orders the skips inside the step.
+            step: the training step these metrics belong to (``global_steps`` after the update).
+
+        Without ``actor/skipped_steps`` (an engine that does not count) the streak is left unchanged.
+        """
+        counts = _floats(raw_metrics.get("actor/skipped_steps"))
+        if not counts:
+            return {"actor/nonfinite_streak": float(self.streak)}
+        cumulative = max(counts)
+        norms = _floats(raw_metrics.get("actor/grad_norm"))
+        per_rank = len(norms) // len(counts) if len(norms) % len(counts) == 0 else 0
+        ordered = norms[:per_rank]  # the grad norm is global: every rank saw the same sequence
+        if self._cumulative is None:  # first step of this process (maybe resumed): no earlier count to diff
+            self._cumulative = cumulative - sum(1 for v in ordered if not math.isfinite(v))
+        skipped = int(round(cumulative - self._cumulative))
+        self._cumulative = cumulative
+        if skipped <= 0:
+            self.streak, self.streak_steps = 0, []
+        elif ordered and skipped < len(ordered):  # some updates were applied: only the trailing skips count
+            trailing = 0
+            for value in reversed(ordered):
+                if math.isfinite(value):
+                    break
+                trailing += 1
+            self.streak, self.streak_steps = trailing, [step] if trailing else []
+        else:  # every optimizer step of this training step was skipped (or the order is unknown)
+            self.streak += skipped
+            self.streak_steps.append(step)
+        if skipped > 0:
+            logger.warning(
+                "step %d: %d optimizer step(s) skipped for a non-finite grad norm; %d consecutive (limit %s)",
+                step,
+                skipped,
+                self.streak,
+                self.limit,
+            )
+        return {"actor/nonfinite_streak": float(self.streak)}
+
+    def stop(self, save_checkpoint: Callable[[], Any] | None) -> NonFiniteStepsError:
+        """The error to raise once :attr:`tripped`; calls ``save_checkpoint()`` (returns the folder) first.
+
+        A failing save is logged and the error is still returned (the run must stop either way).
+        """
+        checkpoint = None
+        if save_checkpoint is not None:
+            try:
+                checkpoint = str(save_checkpoint())
+            except Exception as exc:  # noqa: BLE001 - report the stop, with the save failure in the log
+                logger.error("saving a checkpoint before stopping on non-finite steps failed: %s", exc)
+        return NonFiniteStepsError(self.streak, self.limit or 0, self.streak_steps, checkpoint)
