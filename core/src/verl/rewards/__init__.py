@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from verl.rewards._procworker import ScorerSpec
 from verl.rewards.custom import load_reward_function
 from verl.rewards.default import SUPPORTED_DATA_SOURCES, default_compute_score
 from verl.rewards.errors import (
@@ -32,6 +33,7 @@ __all__ = [
     "RewardFunctionLoadError",
     "RewardInputError",
     "RewardManager",
+    "ScorerSpec",
     "UnknownDataSourceError",
     "UnknownRewardKwargError",
     "default_compute_score",

@@ -6,7 +6,7 @@ would hang the whole program on exit, and a hung task keeps its pool slot foreve
 reported as timed out, its thread is *abandoned* (Python cannot kill a thread: it keeps running in the background
 until the scorer returns, and its result is discarded) and a replacement thread takes over the remaining jobs.
 Threads overlap I/O-bound scorers (sandboxes, HTTP judges); CPU-bound pure-Python scorers are serialised by the GIL.
-Process isolation (a scorer that never returns, or leaks memory) is planned separately.
+Process isolation (a scorer that never returns, leaks memory or crashes) is :mod:`verl.rewards._procpool`.
 """
 
 from __future__ import annotations

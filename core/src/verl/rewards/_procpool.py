@@ -113,7 +113,7 @@ class ScorerProcessPool:
         if int(num_workers) < 1:
             raise ValueError(f"num_workers={num_workers!r} must be >= 1")
         if memory_limit_mb is not None and int(memory_limit_mb) <= 0:
-            raise ValueError(f"memory_limit_mb={memory_limit_mb!r} must be > 0 MiB, or None for no limit")
+            raise ValueError(f"reward_model.memory_limit_mb={memory_limit_mb!r} must be > 0 MiB, or null for no limit")
         self.spec = spec
         self.num_workers = int(num_workers)
         self.memory_limit_mb = None if memory_limit_mb is None else int(memory_limit_mb)

@@ -81,9 +81,12 @@ def _die_with_parent() -> None:
 
 
 def _limit_memory(limit_mb: int | None) -> None:
+    import resource
+
+    # A crashing scorer must not fill the disk with core dumps of its worker.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     if limit_mb is None:
         return
-    import resource
 
     limit = int(limit_mb) * 1024 * 1024
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
