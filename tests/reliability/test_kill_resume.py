@@ -40,9 +40,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 TOTAL_STEPS = 4
 # case -> (VERL_FAULT_INJECT, the checkpoint the resume must load = the last complete one, extra overrides)
 KILL_CASES = {
-    "gen:2": ("gen:2", 1, ()),
-    "update_actor:3": ("update_actor:3", 2, ()),
-    "checkpoint_write:4": ("checkpoint_write:4", 3, ()),
+    "gen:2": ("gen:2", 1, ()),  # resume mid-epoch 0
+    "update_actor:3": ("update_actor:3", 2, ()),  # resume at the epoch boundary (next batch: epoch 1's first)
+    "checkpoint_write:4": ("checkpoint_write:4", 3, ()),  # resume mid-epoch 1; the last step runs again
     # checkpoints every 2 steps: step 3 was logged before the kill and runs again; its row must not double
     "gen:4,save_freq=2": ("gen:4", 2, ("trainer.save_freq=2",)),
 }
