@@ -123,9 +123,7 @@ def test_verl_train_prints_model_errors_plainly(tmp_path: Path, capsys: pytest.C
         "train",
         f"actor_rollout_ref.model.path={model}",
         f"data.train_files=[{data}]",
-        # val_files=null crashes train_cmd._expand (TypeError; reported to the cli owner), so give one
-        f"data.val_files=[{data}]",
-        "trainer.val_before_train=false",
+        "data.val_files=null",
         "data.train_batch_size=2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",

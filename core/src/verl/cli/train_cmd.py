@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
-def _expand(files: tuple[str, ...] | list[str]) -> list[str]:
-    return [str(Path(f).expanduser()) for f in files]
+def _expand(files: tuple[str, ...] | list[str] | None) -> list[str] | None:
+    return None if files is None else [str(Path(f).expanduser()) for f in files]
 
 
 def _ensure_gsm8k(files: list[str]) -> None:
@@ -109,9 +109,12 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if not cfg.data.train_files:
+        print("error: data.train_files is not set; give the training .parquet/.jsonl file(s)", file=sys.stderr)
+        return 2
     data = attrs.evolve(cfg.data, train_files=_expand(cfg.data.train_files), val_files=_expand(cfg.data.val_files))
     cfg = attrs.evolve(cfg, data=data)
-    _ensure_gsm8k(list(cfg.data.train_files) + list(cfg.data.val_files))
+    _ensure_gsm8k(list(cfg.data.train_files or ()) + list(cfg.data.val_files or ()))
     run_dir = Path(args.run_dir or Path("runs") / cfg.trainer.project_name / cfg.trainer.experiment_name)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_resolved_config(cfg, run_dir)

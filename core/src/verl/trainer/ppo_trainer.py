@@ -351,6 +351,7 @@ class PPOTrainer:
         metrics.update(compute_data_metrics(batch, use_critic=False))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, n_gpus=self.world_size))
+        metrics.update(self.train_dataset.stats)  # data/skipped_rows, data/filtered_prompts, data/truncated_prompts
         metrics["training/global_step"] = self.global_steps
         metrics["training/epoch"] = (self.global_steps - 1) // self.steps_per_epoch
         return metrics
