@@ -62,6 +62,12 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     if mode == "hang":
         Path(__file__).with_suffix(".hang").write_text(str(os.getpid()))
         time.sleep(120)
+    if mode == "spawn":
+        import subprocess
+
+        child = subprocess.Popen(["sleep", "120"])
+        Path(__file__).with_suffix(".child").write_text(str(child.pid))
+        time.sleep(120)
     if mode == "exit":
         os._exit(7)
     if mode == "segv":
@@ -166,8 +172,31 @@ def test_every_bad_result_is_zeroed_counted_and_the_pool_survives(zero_manager, 
     assert out["reward_extra_info"]["score"][13] == 0.5
     # The hung worker was killed, not abandoned.
     hung = int(scorer_path.with_suffix(".hang").read_text())
-    with pytest.raises(ProcessLookupError):
-        os.kill(hung, 0)
+    assert not _running(hung)
+
+
+def test_timeout_kills_the_scorers_own_children(zero_manager, scorer_path):
+    out = zero_manager(make_batch(["spawn", "ok"]), return_dict=True)
+    assert out["reward_tensor"].sum(-1).tolist() == pytest.approx([0.0, 0.2])
+    assert out["metrics"]["reward/timeouts"] == 1
+    child = int(scorer_path.with_suffix(".child").read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # SIGKILLed with the worker's process group
+        if not _running(child):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the scorer's child process {child} outlived its killed worker")
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan is reaped by whatever init the machine or container has)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "State:\tZ" in status.read_text())
 
 
 def test_scorer_module_imported_once_per_worker(tmp_path):

@@ -62,6 +62,7 @@ class _Worker:
                     pass_fds=(child_sock.fileno(), shared.fileno()),
                     stdin=subprocess.DEVNULL,
                     env=env,
+                    start_new_session=True,  # its own process group: a kill also reaches the scorer's children
                 )
             finally:
                 child_sock.close()
@@ -79,6 +80,9 @@ class _Worker:
         return self.process.poll()
 
     def kill(self) -> None:
+        # The whole group: a scorer that started helpers (a compiler, a sandbox, `sleep`) loses them too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         if self.process.poll() is None:
             self.process.kill()
         _reap(self.process, 5)
