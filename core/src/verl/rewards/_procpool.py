@@ -3,7 +3,7 @@
 Why a pool of our own rather than ``concurrent.futures.ProcessPoolExecutor``: the executor cannot kill one hung
 task (a hang keeps its worker forever), a worker that dies breaks the whole executor (every pending future fails),
 and its spawn/forkserver children re-import the trainer's ``__main__``. Here every worker is a fresh interpreter
-started with ``subprocess`` (:mod:`verl.rewards._procworker`: never a fork of a trainer that holds torch threads and
+started with ``subprocess`` (:mod:`verl.rewards._procmain` running :mod:`verl.rewards._procworker`: never a fork of a trainer that holds torch threads and
 locks) with its own socket, so a hung worker is killed and a dead one replaced without touching the others, and the
 trainer never waits longer than ``timeout_s`` on any sample.
 
@@ -58,7 +58,7 @@ class _Worker:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
             try:
                 self.process = subprocess.Popen(
-                    [sys.executable, "-m", "verl.rewards._procworker", str(child_sock.fileno()), str(shared.fileno())],
+                    [sys.executable, "-m", "verl.rewards._procmain", str(child_sock.fileno()), str(shared.fileno())],
                     pass_fds=(child_sock.fileno(), shared.fileno()),
                     stdin=subprocess.DEVNULL,
                     env=env,

@@ -179,7 +179,3 @@ def main(conn_fd: int, progress_fd: int) -> int:
             return 0
         if _score_chunk(conn, progress, fn, *message):
             return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
