@@ -36,6 +36,13 @@ from verl.protocol import DataProto
 from verl.rewards import default_compute_score
 from verl.rewards.math import extract_boxed_answer
 
+
+def gsm8k_score(*args, **kwargs) -> float:
+    """``default_compute_score`` for GSM8K as a float: verl's contract allows ``float`` or ``{"score": ...}``."""
+    out = default_compute_score(*args, **kwargs)
+    return float(out["score"]) if isinstance(out, dict) else float(out)
+
+
 PROPS = settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 WIDTH = 3
 # Estimators that compare a response with its group (their all-equal groups of >= 2 must give exactly 0).
@@ -215,10 +222,10 @@ def test_gsm8k_scores_every_number_format(answer: tuple[str, str, float], traili
     """K14/K15 kind: signs, "+", Unicode minus, "$", thousands separators, ".00" and trailing text."""
     text, truth, value = answer
     response = f"Step 1: 2 + 2 = 4. #### {text}{trailing}" if method == "strict" else f"So it is {text}{trailing}"
-    assert default_compute_score("openai/gsm8k", response, truth, method=method) == 1.0, (response, truth)
+    assert gsm8k_score("openai/gsm8k", response, truth, method=method) == 1.0, (response, truth)
     if value != 0:
         negated = truth[1:] if truth.startswith("-") else "-" + truth
-        assert default_compute_score("openai/gsm8k", response, negated, method=method) == 0.0, (response, negated)
+        assert gsm8k_score("openai/gsm8k", response, negated, method=method) == 0.0, (response, negated)
 
 
 @st.composite

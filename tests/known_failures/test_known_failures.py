@@ -46,6 +46,13 @@ from verl.trainer.checkpoint import (
     parse_global_step,
 )
 
+
+def gsm8k_score(*args, **kwargs) -> float:
+    """``default_compute_score`` for GSM8K as a float: verl's contract allows ``float`` or ``{"score": ...}``."""
+    out = default_compute_score(*args, **kwargs)
+    return float(out["score"]) if isinstance(out, dict) else float(out)
+
+
 EPS = 1e-6
 ARR = "actor_rollout_ref"
 
@@ -339,7 +346,7 @@ GSM8K = "openai/gsm8k"
 )
 def test_k14_signs_in_gsm8k_answers(response: str, truth: str, expected: float) -> None:
     """K14 [REW] Signs in GSM8K answers."""
-    assert default_compute_score(GSM8K, response, truth) == expected
+    assert gsm8k_score(GSM8K, response, truth) == expected
 
 
 @pytest.mark.parametrize(
@@ -356,7 +363,7 @@ def test_k14_signs_in_gsm8k_answers(response: str, truth: str, expected: float) 
 )
 def test_k15_gsm8k_formatting(response: str, truth: str, method: str, expected: float) -> None:
     """K15 [REW] GSM8K formatting: "$", thousands separators, ".00", missing "####"."""
-    assert default_compute_score(GSM8K, response, truth, method=method) == expected
+    assert gsm8k_score(GSM8K, response, truth, method=method) == expected
 
 
 def test_k15_method_is_settable_from_the_config() -> None:
@@ -364,7 +371,7 @@ def test_k15_method_is_settable_from_the_config() -> None:
     cfg = load_config(overrides=["reward_model.reward_kwargs={method: flexible}"])
     kwargs = dict(cfg.reward_model.reward_kwargs)
     assert kwargs == {"method": "flexible"}
-    assert default_compute_score(GSM8K, "The answer is $1,234.00", "1234", **kwargs) == 1.0
+    assert gsm8k_score(GSM8K, "The answer is $1,234.00", "1234", **kwargs) == 1.0
 
 
 @pytest.mark.parametrize(
@@ -379,7 +386,8 @@ def test_k15_method_is_settable_from_the_config() -> None:
 )
 def test_k16_boxed_extraction(response: str, truth: str, expected: float) -> None:
     r"""K16 [REW] \boxed{} extraction with nested braces and \fbox."""
-    assert math_score(response, truth) == expected
+    score = math_score(response, truth)
+    assert (score["score"] if isinstance(score, dict) else score) == expected
     assert extract_boxed_answer(r"\boxed{2^{10}}") == "2^{10}"
     assert extract_boxed_answer(r"\boxed{12") is None
     assert extract_boxed_answer(r"\boxed{1} ... \boxed{2}") == "2"
