@@ -23,11 +23,25 @@ MATH_SOURCES = ["lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "Hugging
 
 # ---------------------------------------------------------------------------------------------- dispatch
 def test_gsm8k_dispatch_and_kwargs_pass_through():
-    assert default_compute_score("openai/gsm8k", "#### 72", "72") == 1.0
-    assert default_compute_score("openai/gsm8k", "The answer is 72", "72") == 0.0  # strict by default
-    assert default_compute_score("openai/gsm8k", "The answer is 72", "72", method="flexible") == 1.0
-    assert default_compute_score("openai/gsm8k", "#### 71", "72", format_score=0.1) == pytest.approx(0.1)
-    assert default_compute_score("openai/gsm8k", "#### 72", "72", extra_info={"index": 3}, score=2.0) == 2.0
+    def score(*args, **kwargs):
+        return default_compute_score("openai/gsm8k", *args, **kwargs)["score"]
+
+    assert score("#### 72", "72") == 1.0
+    assert score("The answer is 72", "72") == 0.0  # strict by default
+    assert score("The answer is 72", "72", method="flexible") == 1.0
+    assert score("#### 71", "72", format_score=0.1) == pytest.approx(0.1)
+    assert score("#### 72", "72", extra_info={"index": 3}, score=2.0) == 2.0
+
+
+def test_gsm8k_reports_exact_accuracy_and_the_extracted_answer():
+    # acc carries no format credit; pred is the vote of maj@N ("" when no answer was found).
+    assert default_compute_score("openai/gsm8k", "#### 71", "72", format_score=0.1) == {
+        "score": pytest.approx(0.1),
+        "acc": 0.0,
+        "pred": "71",
+    }
+    assert default_compute_score("openai/gsm8k", "#### $1,234.00", "1234") == {"score": 1.0, "acc": 1.0, "pred": "1234"}
+    assert default_compute_score("openai/gsm8k", "no answer", "1") == {"score": 0.0, "acc": 0.0, "pred": ""}
 
 
 @pytest.mark.parametrize("source", MATH_SOURCES)
@@ -43,7 +57,7 @@ def test_gsm8k_only_kwargs_are_ignored_for_math():
 
 def test_numpy_string_data_source():
     np = pytest.importorskip("numpy")
-    assert default_compute_score(np.str_("openai/gsm8k"), "#### 1", "1") == 1.0
+    assert default_compute_score(np.str_("openai/gsm8k"), "#### 1", "1")["score"] == 1.0
 
 
 def test_unknown_data_source_error_lists_sources_and_custom_path():

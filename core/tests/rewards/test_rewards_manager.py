@@ -94,7 +94,12 @@ def test_placement_at_last_valid_token_hand_computed():
         "reward/crashes": 0,
         "reward/empty_responses": 1,
     }
-    assert out["reward_extra_info"] == {"acc": [1.0, 0.0, 1.0, 0.0]}
+    # The gsm8k scorer reports its score, exact-match accuracy and the extracted answer (maj@N's vote).
+    assert out["reward_extra_info"] == {
+        "score": [1.0, 0.0, 1.0, 0.0],
+        "acc": [1.0, 0.0, 1.0, 0.0],
+        "pred": ["72", "3", "-3", ""],
+    }
 
 
 def test_nonzero_score_placement_and_sum_equals_score():

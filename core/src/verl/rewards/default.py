@@ -64,7 +64,7 @@ def default_compute_score(
     ground_truth: Any,
     extra_info: dict | None = None,
     **kwargs: Any,
-) -> float:
+) -> float | dict[str, Any]:
     """Score one response with the built-in scorer for ``data_source``.
 
     Args:
@@ -76,7 +76,9 @@ def default_compute_score(
             ``score``; options of other built-in scorers are ignored.
 
     Returns:
-        The score as a float (gsm8k: ``score``/``format_score``/0.0; math: 1.0/0.0).
+        gsm8k: ``{"score": score | format_score | 0.0, "acc": exact match 1.0/0.0, "pred": extracted
+        answer or ""}`` (``acc`` without format credit, ``pred`` for ``maj@N``; verl returns the bare
+        score); math: the score as a float (1.0/0.0).
 
     Raises:
         UnknownDataSourceError: ``data_source`` has no built-in scorer (message lists the supported ones and how
@@ -87,7 +89,7 @@ def default_compute_score(
     source = str(data_source)
     if source in GSM8K_DATA_SOURCES:
         options = {key: value for key, value in kwargs.items() if key in _GSM8K_KWARGS}
-        return gsm8k.compute_score(solution_str, ground_truth, **options)
+        return gsm8k.score_details(solution_str, ground_truth, **options)
     if source in MATH_DATA_SOURCES:
         return math_reward.compute_score(solution_str, ground_truth)
     raise UnknownDataSourceError(_unknown_source_message(data_source))

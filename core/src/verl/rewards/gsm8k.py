@@ -26,8 +26,9 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from typing import Any
 
-__all__ = ["compute_score", "extract_solution", "METHODS"]
+__all__ = ["compute_score", "extract_solution", "score_details", "METHODS"]
 
 METHODS = ("strict", "flexible")
 
@@ -164,7 +165,38 @@ def compute_score(
     Raises:
         ValueError: unknown ``method``.  TypeError: ``solution_str`` is not a string.
     """
+    return score_details(solution_str, ground_truth, method, format_score, score)["score"]
+
+
+def score_details(
+    solution_str: str,
+    ground_truth: str | int | float,
+    method: str = "strict",
+    format_score: float = 0.0,
+    score: float = 1.0,
+) -> dict[str, Any]:
+    """:func:`compute_score` with what it saw: ``{"score": float, "acc": 1.0 | 0.0, "pred": str}``.
+
+    ``acc`` is the exact-match accuracy (no format credit); ``pred`` the extracted answer's value in one
+    spelling (``"1,234.00"`` -> ``"1234"``; ``""`` when none was found), the vote of verl's ``maj@N``
+    validation metric. Same arguments and errors as
+    :func:`compute_score`.
+    """
     answer = extract_solution(solution_str, method=method)
     if answer is None:
-        return 0.0
-    return float(score) if _answers_match(answer, ground_truth) else float(format_score)
+        return {"score": 0.0, "acc": 0.0, "pred": ""}
+    correct = _answers_match(answer, ground_truth)
+    return {"score": float(score) if correct else float(format_score), "acc": float(correct), "pred": _vote(answer)}
+
+
+def _vote(answer: str) -> str:
+    """One spelling per value, so "1234.00" and "1234" vote together in ``maj@N``."""
+    try:
+        value = _value(answer)
+    except (InvalidOperation, ValueError, ZeroDivisionError):
+        return answer
+    if isinstance(value, Fraction):
+        return str(value)
+    if abs(value.adjusted()) > _MAX_FRACTION_EXPONENT:
+        return answer
+    return format(value.normalize(), "f")
