@@ -85,7 +85,7 @@ def test_factory_checks_role_and_world_size():
 
     cfg = load_config(overrides=["actor_rollout_ref.actor.strategy=fsdp"])
     with pytest.raises(ValueError, match="role"):
-        build_fsdp_training_engine(cfg, role="critic", model="unused")
+        build_fsdp_training_engine(cfg, role="policy", model="unused")
     with pytest.raises(ValueError, match="world_size=2"):
         build_fsdp_training_engine(cfg, role="ref", model="unused", world_size=2)
 

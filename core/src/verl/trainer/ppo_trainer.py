@@ -1,8 +1,13 @@
-"""The RL training loop (GRPO / PPO-style, critic-free estimators) as named stages.
+"""The RL training loop (GRPO, PPO with a critic, ...) as named stages.
 
 One step, per DESIGN §5 and verl's ``RayPPOTrainer.fit`` (``verl/trainer/ppo/ray_trainer.py``):
 
-    gen -> reward -> old_log_prob -> ref -> adv -> update_actor -> save_checkpoint -> update_weights
+    gen -> [rm] -> reward -> old_log_prob -> ref -> [values] -> adv -> [update_critic] -> update_actor
+        -> save_checkpoint -> update_weights
+
+``values``/``update_critic`` run with a critic (``critic.enable``, on for ``algorithm.adv_estimator=gae``;
+the first ``trainer.critic_warmup`` steps skip ``update_actor``), ``rm`` with ``reward_model.enable``
+(see :mod:`verl.trainer.roles` for placement and how rule and model rewards combine).
 
 each timed as ``timing_s/<stage>``. The trainer is a single-controller program: it holds
 :class:`~verl.protocol.DataProto` batches and calls methods of a worker group; the
@@ -32,7 +37,6 @@ from verl.trainer.metrics import (
 logger = logging.getLogger(__name__)
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
-CRITIC_ESTIMATORS = ("gae",)
 
 
 class PPOTrainer:
@@ -47,17 +51,6 @@ class PPOTrainer:
     """
 
     def __init__(self, config: Any, run_dir: str | Path) -> None:
-        if config.algorithm.adv_estimator in CRITIC_ESTIMATORS or config.critic.enable:
-            raise ValueError(
-                f"algorithm.adv_estimator={config.algorithm.adv_estimator!r} (or critic.enable=true) needs a critic, "
-                "which this trainer does not run yet; use a critic-free estimator: algorithm.adv_estimator="
-                "grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg | grpo_passk"
-            )
-        if config.reward_model.enable:
-            raise ValueError(
-                "reward_model.enable=true (a learned reward model) is not supported by this trainer yet; "
-                "use rule rewards (default_compute_score) or custom_reward_function.path"
-            )
         from verl.platform import resolve_platform
 
         # An unavailable or unknown trainer.device fails here, before data or models are loaded.
@@ -114,6 +107,7 @@ class PPOTrainer:
             self.rollout_wg.init_model(self.total_training_steps)
             self._init_standalone_sync()
         self.use_reference_policy = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+        self._build_critic_and_rm()
         # Stateless between calls, so training and validation share one manager (and its thread pool).
         self.reward_fn = self.val_reward_fn = self._build_reward_manager()
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
@@ -170,6 +164,23 @@ class PPOTrainer:
             actor.shutdown()
             raise
         return actor, rollout_wg
+
+    def _build_critic_and_rm(self) -> None:
+        """The critic group (``critic.enable``) and the reward-model group (``reward_model.enable``), or None."""
+        from verl.trainer.roles import build_role_group
+
+        cfg = self.config
+        self.critic_wg = self.rm_wg = None
+        if cfg.critic.enable:
+            from verl.workers.critic import CriticWorker
+
+            self.critic_wg = build_role_group(cfg, self.platform, CriticWorker, "critic")
+            self.critic_wg.init_model(self.total_training_steps)
+        if cfg.reward_model.enable:
+            from verl.workers.reward_model import RewardModelWorker
+
+            self.rm_wg = build_role_group(cfg, self.platform, RewardModelWorker, "rm")
+            self.rm_wg.init_model()
 
     def _init_standalone_sync(self) -> None:
         addr, port = self.actor_rollout_wg.weight_sync_address()
@@ -299,9 +310,19 @@ class PPOTrainer:
             rollout_cfg = cfg.actor_rollout_ref.rollout
             batch.meta_info["temperature"] = rollout_cfg.temperature if rollout_cfg.do_sample else 1.0
             batch.meta_info.pop("timing", None)
+            if self.rm_wg is not None:
+                with marked_timer("rm", timing):
+                    batch = batch.union(self.rm_wg.compute_rm_score(batch))
             faults.check("reward", step)
             with marked_timer("reward", timing):
-                self._reward(batch, self.reward_fn, metrics)
+                if self.rm_wg is None or cfg.reward_model.combine == "sum":
+                    self._reward(batch, self.reward_fn, metrics)
+                if self.rm_wg is not None:
+                    from verl.trainer.roles import combine_scores
+
+                    rule = batch.batch["token_level_scores"] if "token_level_scores" in batch.batch.keys() else None
+                    scores = combine_scores(rule, batch.batch["rm_scores"], cfg.reward_model.combine)
+                    batch.batch["token_level_scores"] = scores
             if cfg.algorithm.adv_estimator == "remax":
                 batch.batch["reward_baselines"] = baselines.repeat_interleave(n)
             faults.check("old_log_prob", step)
@@ -317,6 +338,11 @@ class PPOTrainer:
                     ref = wg.compute_ref_log_prob(batch)
                     ref.meta_info.clear()
                     batch = batch.union(ref)
+            if self.critic_wg is not None:
+                with marked_timer("values", timing):
+                    values = self.critic_wg.compute_values(batch)
+                    values.meta_info.clear()
+                    batch = batch.union(values)
             faults.check("adv", step)
             with marked_timer("adv", timing):
                 if cfg.algorithm.use_kl_in_reward:
@@ -333,11 +359,18 @@ class PPOTrainer:
                     norm_adv_by_std_in_grpo=cfg.algorithm.norm_adv_by_std_in_grpo,
                     config=cfg.algorithm,
                 )
-            faults.check("update_actor", step)
-            with marked_timer("update_actor", timing):
-                out = wg.update_actor(batch)
-            metrics.update(reduce_metrics(out.meta_info["metrics"]))
-            metrics.update(self.nonfinite_guard.observe(out.meta_info["metrics"], self.global_steps + 1))
+            if self.critic_wg is not None:
+                with marked_timer("update_critic", timing):
+                    critic_out = self.critic_wg.update_critic(batch)
+                metrics.update(reduce_metrics(critic_out.meta_info["metrics"]))
+            # The first trainer.critic_warmup steps train only the critic (verl starts the actor at step
+            # critic_warmup itself, one step earlier: here the count is exactly the critic-only steps).
+            if step > cfg.trainer.critic_warmup:
+                faults.check("update_actor", step)
+                with marked_timer("update_actor", timing):
+                    out = wg.update_actor(batch)
+                metrics.update(reduce_metrics(out.meta_info["metrics"]))
+                metrics.update(self.nonfinite_guard.observe(out.meta_info["metrics"], self.global_steps + 1))
             self.global_steps += 1
             if self._should_save():
                 faults.check("save_checkpoint", step)
@@ -348,7 +381,7 @@ class PPOTrainer:
                 self._sync_weights()
         if cfg.trainer.rollout_data_dir:
             self._dump_rollouts(batch)
-        metrics.update(compute_data_metrics(batch, use_critic=False))
+        metrics.update(compute_data_metrics(batch, use_critic=self.critic_wg is not None))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, n_gpus=self.world_size))
         metrics.update(self.train_dataset.stats)  # data/skipped_rows, data/filtered_prompts, data/truncated_prompts
@@ -457,14 +490,14 @@ class PPOTrainer:
             "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
         }
         loader_state = self.train_dataloader.state_dict()
-        return self.checkpoints.save(
-            self.global_steps,
-            {
-                "actor": lambda path: self.actor_rollout_wg.save_checkpoint(str(path)),
-                "data.pt": lambda path: torch.save(loader_state, path),
-                "trainer_state.pt": lambda path: torch.save(state, path),
-            },
-        )
+        parts = {
+            "actor": lambda path: self.actor_rollout_wg.save_checkpoint(str(path)),
+            "data.pt": lambda path: torch.save(loader_state, path),
+            "trainer_state.pt": lambda path: torch.save(state, path),
+        }
+        if self.critic_wg is not None:  # verl's layout: global_step_N/critic beside .../actor
+            parts["critic"] = lambda path: self.critic_wg.save_checkpoint(str(path))
+        return self.checkpoints.save(self.global_steps, parts)
 
     def load_checkpoint(self) -> int:
         """Resume per ``trainer.resume_mode``; returns the restored step (0 when starting fresh)."""
@@ -476,6 +509,8 @@ class PPOTrainer:
             return 0
         step, path = found
         self.actor_rollout_wg.load_checkpoint(str(Path(path) / "actor"))
+        if self.critic_wg is not None:
+            self.critic_wg.load_checkpoint(str(Path(path) / "critic"))
         if self.rollout_wg is not self.actor_rollout_wg:
             self._sync_weights()  # the hybrid worker re-syncs in load_checkpoint; a standalone pool is remote
         self.train_dataloader.load_state_dict(torch.load(Path(path) / "data.pt", weights_only=False))
@@ -541,7 +576,8 @@ class PPOTrainer:
             if reward_fn is not None and hasattr(reward_fn, "close"):
                 reward_fn.close()  # stops the reward worker processes
         finally:
-            groups = {id(g): g for g in (getattr(self, "actor_rollout_wg", None), getattr(self, "rollout_wg", None))}
+            roles = ("actor_rollout_wg", "rollout_wg", "critic_wg", "rm_wg")
+            groups = {id(g): g for g in (getattr(self, name, None) for name in roles) if g is not None}
             for group in groups.values():
                 shutdown = getattr(group, "shutdown", None)
                 if shutdown is not None:

@@ -82,3 +82,52 @@ def make_ppo_loss(actor: Any) -> LossFn:
 
     loss_fn.needs_entropy = actor.entropy_coeff != 0  # the engine skips the entropy otherwise
     return loss_fn
+
+
+def make_value_loss(critic: Any) -> LossFn:
+    """Build the critic loss for the ``critic`` config section (``cliprange_value``, ``loss_agg_mode``).
+
+    ``loss_fn(micro, outputs, norm)``: ``outputs["values"]`` ``(bs, resp_len)`` are the current value
+    predictions; the micro-batch must carry ``values`` (the rollout-time V_old), ``returns`` and
+    ``response_mask`` ``(bs, resp_len)``. ``loss = 0.5 * agg(max((v - R)^2, (clip(v, V_old +- c) - R)^2))``
+    with the mini-batch normalisers ``norm`` (verl ``verl/workers/utils/losses.py:value_loss`` and
+    ``core_algos.py:compute_value_loss``).
+
+    Metrics (additive contributions, summed over micro-batches by the engine): ``critic/vf_loss``,
+    ``critic/vf_clipfrac`` (token-weighted), ``critic/vpred_mean`` (token-weighted mean of the predictions).
+
+    Raises:
+        KeyError: (at call time) a required tensor is missing, naming it.
+    """
+    from verl.algorithms import compute_value_loss, masked_mean
+
+    mode = critic.loss_agg_mode
+    clip = float(critic.cliprange_value)
+
+    def loss_fn(micro: Any, outputs: dict[str, torch.Tensor], norm: dict[str, Any]) -> tuple[torch.Tensor, dict]:
+        batch = micro.batch
+        for key in ("values", "returns", "response_mask"):
+            if key not in batch.keys():
+                raise KeyError(f"critic update needs batch[{key!r}]; present: {sorted(batch.keys())}")
+        mask = batch["response_mask"]
+        vpreds = outputs["values"]
+        vf_loss, vf_clipfrac = compute_value_loss(
+            vpreds=vpreds,
+            returns=batch["returns"],
+            values=batch["values"],
+            response_mask=mask,
+            cliprange_value=clip,
+            loss_agg_mode=mode,
+            **norm,
+        )
+        share = float(mask.sum()) / max(1, int(norm["batch_num_tokens"]))
+        dp = int(norm.get("dp_size", 1))
+        metrics = {
+            "critic/vf_loss": float(vf_loss.detach()) / dp,
+            "critic/vf_clipfrac": float(vf_clipfrac) * share,
+            "critic/vpred_mean": float(masked_mean(vpreds.detach(), mask)) * share if share else 0.0,
+        }
+        return vf_loss, metrics
+
+    loss_fn.needs_entropy = False
+    return loss_fn

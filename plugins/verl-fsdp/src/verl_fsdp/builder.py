@@ -11,13 +11,17 @@ from typing import Any
 def build_fsdp_training_engine(
     config: Any, *, role: str, model: Any, total_training_steps: int = 1, device: Any = "cpu", world_size: int = 1
 ) -> Any:
-    """Build the ``actor`` (trainable) or ``ref`` (forward-only) :class:`verl_fsdp.engine.FSDPTrainingEngine`.
+    """Build the ``actor`` (trainable), ``ref`` (forward-only) or ``critic`` (value model) FSDP engine.
+
+    ``critic`` returns a :class:`verl_fsdp.engine.FSDPCriticEngine` with the batch settings of
+    :func:`verl.engines.reference.builders.critic_settings` and options from ``critic.engine_kwargs.fsdp``
+    (= verl's ``critic.model.fsdp_config``; the critic does not inherit the actor's FSDP options).
 
     Args:
         config: resolved :class:`verl.config.RootConfig`; options from
             ``actor_rollout_ref.actor.engine_kwargs.fsdp``, bucket size from
             ``actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes``.
-        role: ``"actor"`` or ``"ref"``.
+        role: ``"actor"``, ``"ref"`` or ``"critic"``.
         model: resolved HF folder (or a live module).
         total_training_steps: LR-schedule horizon.
         device: this rank's torch device (from the platform).
@@ -31,13 +35,26 @@ def build_fsdp_training_engine(
 
     from verl.engines.reference.training import EngineSettings
     from verl_fsdp.dist import ensure_process_group
-    from verl_fsdp.engine import DIST_BACKENDS, FSDPTrainingEngine
-    from verl_fsdp.options import read_options
+    from verl_fsdp.engine import DIST_BACKENDS, FSDPCriticEngine, FSDPTrainingEngine
+    from verl_fsdp.options import FSDPEngineOptions, read_options
 
     arr = config.actor_rollout_ref
     actor, rollout, ref = arr.actor, arr.rollout, arr.ref
-    opts = read_options(config, role)
-    if role == "actor":
+    engine_cls: Any = FSDPTrainingEngine
+    extra: dict[str, Any] = {}
+    if role == "critic":
+        raw = config.critic.engine_kwargs.get("fsdp", {}) or {}
+        opts = raw if isinstance(raw, FSDPEngineOptions) else FSDPEngineOptions(**dict(raw))
+    else:
+        opts = read_options(config, role)
+    if role == "critic":
+        from verl.engines.reference.builders import critic_settings
+
+        settings = critic_settings(config, world_size=world_size, dtype=opts.model_dtype)
+        optim = config.critic.optim
+        engine_cls = FSDPCriticEngine
+        extra["trust_remote_code"] = config.critic.model.trust_remote_code
+    elif role == "actor":
         settings = EngineSettings(
             mini_batch_size=actor.ppo_mini_batch_size * rollout.n // world_size,
             micro_batch_size=actor.ppo_micro_batch_size_per_gpu,
@@ -63,7 +80,7 @@ def build_fsdp_training_engine(
         )
         optim = None
     else:
-        raise ValueError(f"fsdp training engine: role must be 'actor' or 'ref', got {role!r}")
+        raise ValueError(f"fsdp training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
     device_type = getattr(device, "type", str(device).split(":")[0])
     ensure_process_group(DIST_BACKENDS.get(device_type, "gloo"))
     if dist.get_world_size() != world_size:
@@ -71,7 +88,7 @@ def build_fsdp_training_engine(
             f"fsdp training engine: world_size={world_size} but the process group has {dist.get_world_size()} ranks; "
             "the worker group and torch.distributed must agree"
         )
-    return FSDPTrainingEngine(
+    return engine_cls(
         model,
         settings,
         options=opts,
@@ -79,4 +96,5 @@ def build_fsdp_training_engine(
         total_training_steps=total_training_steps,
         device=device,
         bucket_megabytes=rollout.checkpoint_engine.update_weights_bucket_megabytes,
+        **extra,
     )

@@ -30,6 +30,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 from torch.distributed.tensor import DTensor
 
 from verl.engines.dtypes import resolve_dtype
+from verl.engines.reference.critic import ReferenceCriticEngine
 from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine
 from verl_fsdp import checkpoint as ckpt
 from verl_fsdp.dist import all_reduce, ensure_process_group
@@ -362,3 +363,17 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
             for key, value in state.items():
                 if isinstance(value, torch.Tensor) and key != "step":
                     state[key] = value.to(device, non_blocking=True)
+
+
+class FSDPCriticEngine(FSDPTrainingEngine, ReferenceCriticEngine):
+    """The critic (value model, :class:`ReferenceCriticEngine`) FSDP2-sharded like :class:`FSDPTrainingEngine`.
+
+    MRO: the FSDP hooks (sharding, global normalisers, equal micro-batch counts, metric all-reduce, DCP
+    checkpoints) over the critic's model loading and value forward; ``compute_values`` is collective.
+
+    Args: as :class:`FSDPTrainingEngine`, plus ``trust_remote_code`` for loading the value model.
+    """
+
+    def __init__(self, *args: Any, trust_remote_code: bool = False, **kwargs: Any) -> None:
+        self._trust_remote_code = trust_remote_code
+        super().__init__(*args, **kwargs)

@@ -9,6 +9,7 @@ import attrs
 from verl.config.schema._fields import FreeDict, fld, free_dict, section
 
 OnError = Literal["zero", "fail"]
+RewardCombine = Literal["replace", "sum"]
 Isolation = Literal["auto", "process", "thread", "none"]
 
 
@@ -34,6 +35,11 @@ class RewardModelConfig:
 
     enable: bool = fld(False, doc="score with a learned reward model in addition to rule scorers")
     model: RewardModelModelConfig = section(RewardModelModelConfig, doc="the reward model")
+    combine: RewardCombine = fld(
+        "replace",
+        doc="with enable: replace = the model score is the reward and rule scorers do not run (verl's reward "
+        "manager returns rm_scores when present); sum = rule score + model score",
+    )
     micro_batch_size_per_gpu: int | None = fld(None, doc="reward-model forward batch per GPU (sequences)")
     reward_manager: str = fld("naive", doc="reward manager name: naive|batch|dapo|...")
     reward_kwargs: FreeDict = free_dict(doc="extra kwargs passed to every scorer, e.g. {method: flexible}")

@@ -27,19 +27,25 @@ class ReferenceEngineOptions:
     dtype: str = attrs.field(default="float32", validator=attrs.validators.in_(["float32", "bfloat16", "float16"]))
 
 
-def _options(config: Any) -> ReferenceEngineOptions:
+def _options(config: Any, role: str = "actor") -> ReferenceEngineOptions:
     raw = dict(config.actor_rollout_ref.actor.engine_kwargs.get("reference", {}) or {})
+    if role == "critic":  # the critic's own engine_kwargs.reference override the actor's key by key
+        raw.update(dict(config.critic.engine_kwargs.get("reference", {}) or {}))
     return ReferenceEngineOptions(**raw)
 
 
 def build_reference_training_engine(
     config: Any, *, role: str, model: Any, total_training_steps: int = 1, device: Any = "cpu", world_size: int = 1
 ) -> ReferenceTrainingEngine:
-    """Build the ``actor`` (trainable) or ``ref`` (forward-only) engine from the root config.
+    """Build the ``actor`` (trainable), ``ref`` (forward-only) or ``critic`` (value model) engine.
+
+    ``critic`` reads ``critic.*`` (batch sizes already resolved from the actor's when null) and returns a
+    :class:`verl.engines.reference.critic.ReferenceCriticEngine`; its forward passes (``compute_values``)
+    use the training micro-batch settings, as verl's critic does by default.
 
     Args:
         config: :class:`verl.config.RootConfig`.
-        role: ``"actor"`` or ``"ref"``.
+        role: ``"actor"``, ``"ref"`` or ``"critic"``.
         model: resolved HF folder (or a live module).
         total_training_steps: LR-schedule horizon.
         device: torch device.
@@ -50,7 +56,20 @@ def build_reference_training_engine(
     """
     arr = config.actor_rollout_ref
     actor, rollout, ref = arr.actor, arr.rollout, arr.ref
-    opts = _options(config)
+    opts = _options(config, role)
+    if role == "critic":
+        from verl.engines.reference.critic import ReferenceCriticEngine
+
+        critic = config.critic
+        settings = critic_settings(config, world_size=world_size, dtype=opts.dtype)
+        return ReferenceCriticEngine(
+            model,
+            settings,
+            optim=critic.optim,
+            total_training_steps=total_training_steps,
+            device=device,
+            trust_remote_code=critic.model.trust_remote_code,
+        )
     if role == "actor":
         settings = EngineSettings(
             mini_batch_size=actor.ppo_mini_batch_size * rollout.n // world_size,
@@ -77,9 +96,35 @@ def build_reference_training_engine(
         )
         optim = None
     else:
-        raise ValueError(f"reference training engine: role must be 'actor' or 'ref', got {role!r}")
+        raise ValueError(f"reference training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
     return ReferenceTrainingEngine(
         model, settings, optim=optim, total_training_steps=total_training_steps, device=device
+    )
+
+
+def critic_settings(config: Any, *, world_size: int = 1, dtype: str = "float32") -> EngineSettings:
+    """:class:`EngineSettings` of the critic from ``critic.*`` (shared by the reference and FSDP builders).
+
+    Mini-batch per rank = ``critic.ppo_mini_batch_size * rollout.n / world_size``; forward passes
+    (``compute_values``) use the same micro-batch size / token budget as training (verl's
+    ``forward_micro_batch_size_per_gpu`` and ``forward_max_token_len_per_gpu`` default to them).
+    """
+    critic = config.critic
+    n = config.actor_rollout_ref.rollout.n
+    return EngineSettings(
+        mini_batch_size=critic.ppo_mini_batch_size * n // world_size,
+        micro_batch_size=critic.ppo_micro_batch_size_per_gpu,
+        use_dynamic_bsz=bool(critic.use_dynamic_bsz),
+        max_token_len=critic.ppo_max_token_len_per_gpu,
+        ppo_epochs=critic.ppo_epochs,
+        shuffle=bool(critic.shuffle),
+        data_loader_seed=config.actor_rollout_ref.actor.data_loader_seed,
+        infer_micro_batch_size=critic.ppo_micro_batch_size_per_gpu,
+        infer_use_dynamic_bsz=bool(critic.use_dynamic_bsz),
+        infer_max_token_len=critic.ppo_max_token_len_per_gpu,
+        clip_grad=critic.optim.clip_grad,
+        dtype=dtype,
+        gradient_checkpointing=critic.model.enable_gradient_checkpointing,
     )
 
 

@@ -87,6 +87,9 @@ class ReferenceTrainingEngine:
         ValueError: for an unknown dtype or a model that cannot be loaded as a causal LM.
     """
 
+    # Namespace of the engine's own metrics (grad_norm, lr, skipped_steps); the critic engine uses "critic".
+    metric_prefix = "actor"
+
     def __init__(
         self,
         model: Any,
@@ -245,7 +248,7 @@ class ReferenceTrainingEngine:
         Returns:
             metrics as lists of floats: the loss function's metrics per mini-batch, plus
             ``actor/grad_norm`` and ``actor/lr`` per optimizer step and ``actor/skipped_steps``
-            (non-finite grad norms so far).
+            (non-finite grad norms so far); ``actor`` is :attr:`metric_prefix`.
 
         Raises:
             RuntimeError: if the engine was built forward-only.
@@ -273,7 +276,7 @@ class ReferenceTrainingEngine:
             self.model.train(False)
         self.lr_scheduler.step()
         self.global_step += 1
-        metrics["actor/skipped_steps"].append(float(self.skipped_steps))
+        metrics[f"{self.metric_prefix}/skipped_steps"].append(float(self.skipped_steps))
         return dict(metrics)
 
     def _train_mini_batch(self, mb: Any, loss_fn: Any, temperature: float, metrics: dict[str, list[float]]) -> None:
@@ -304,8 +307,8 @@ class ReferenceTrainingEngine:
                 "non-finite grad norm (%s): optimizer step skipped (%d so far)", grad_norm, self.skipped_steps
             )
         self.optimizer.zero_grad(set_to_none=True)
-        metrics["actor/grad_norm"].append(float(grad_norm))
-        metrics["actor/lr"].append(float(self.optimizer.param_groups[0]["lr"]))
+        metrics[f"{self.metric_prefix}/grad_norm"].append(float(grad_norm))
+        metrics[f"{self.metric_prefix}/lr"].append(float(self.optimizer.param_groups[0]["lr"]))
 
     # Hooks overridden by data-parallel subclasses (verl-fsdp); here: one process holds the whole mini-batch.
 

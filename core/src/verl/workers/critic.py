@@ -1,0 +1,150 @@
+"""The critic worker: a value model trained for GAE, driven by the single controller.
+
+The training engine is looked up by name (``critic.strategy``, null = the actor's strategy) and
+built with ``role="critic"``, so the same worker drives the reference engine, FSDP or any
+backend whose factory accepts that role. Data methods use ``DP_COMPUTE_PROTO``: a batch is split
+over data-parallel ranks and joined back in order.
+
+Follows verl's legacy ``verl/workers/fsdp_workers.py:CriticWorker`` (``init_model``,
+``compute_values``, ``update_critic``, ``save_checkpoint``, ``load_checkpoint``) and
+``verl/workers/critic/dp_critic.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from verl.controller import Dispatch, Worker, register
+
+
+def resolve_model_folder(path: Any) -> Path:
+    """An existing local folder as is (any architecture: a value or reward model), else
+    :func:`verl.models.resolve_model_path` (built-in names, cached hub ids; causal LMs only)."""
+    from verl.models import resolve_model_path
+
+    folder = Path(str(path)).expanduser()
+    return folder if folder.is_dir() else resolve_model_path(path)
+
+
+class CriticWorker(Worker):
+    """One rank of the critic role.
+
+    Args:
+        config: :class:`verl.config.RootConfig` with ``critic.*`` resolved (``load_config`` fills the null
+            keys from the actor's).
+    """
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.critic = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self, total_training_steps: int = 1) -> dict[str, Any]:
+        """Resolve ``critic.model.path`` and build the critic engine; returns a short summary.
+
+        Raises:
+            UnknownPluginError: ``critic.strategy`` names no training engine.
+            ValueError: the model cannot be loaded as a value model, or the engine does not support the
+                ``critic`` role.
+        """
+        from verl.platform import resolve_platform
+        from verl.plugins import get_plugin_manager
+
+        cfg = self.config
+        platform = resolve_platform(cfg.trainer.device)
+        if platform.device_count() > 0 and platform.name != "cpu":
+            platform.set_device(self.local_rank % platform.device_count())
+        self._init_process_group(platform)
+        platform.manual_seed(cfg.trainer.seed + self.rank)
+        device = platform.torch_device()
+        strategy = cfg.critic.strategy or cfg.actor_rollout_ref.actor.strategy
+        model_path = resolve_model_folder(cfg.critic.model.path or cfg.actor_rollout_ref.model.path)
+        spec = get_plugin_manager().get("training_engine", strategy)
+        self.critic = spec.factory(
+            cfg,
+            role="critic",
+            model=model_path,
+            total_training_steps=total_training_steps,
+            device=device,
+            world_size=self.world_size,
+        )
+        if not hasattr(self.critic, "compute_values"):
+            raise ValueError(
+                f"critic.strategy={strategy!r}: its engine for role='critic' has no compute_values (not a value "
+                "model engine); use critic.strategy=reference or fsdp"
+            )
+        self.strategy = strategy
+        return {"rank": self.rank, "model_path": str(model_path), "device": str(device), "strategy": strategy}
+
+    def _init_process_group(self, platform: Any) -> None:
+        """Join ``torch.distributed`` for world size > 1 (same rendezvous as the actor worker)."""
+        from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+        ActorRolloutRefWorker._init_process_group(self, platform)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: Any) -> Any:
+        """``values`` ``(bs, resp_len)`` float32 of the responses under the current critic (0 on padding)."""
+        self._need()
+        return self.critic.compute_values(data)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: Any) -> Any:
+        """One training step of the critic on ``data`` (needs ``values``, ``returns``, ``response_mask``).
+
+        Returns:
+            an empty DataProto whose ``meta_info["metrics"]`` holds lists of ``critic/vf_loss``,
+            ``critic/vf_clipfrac``, ``critic/vpred_mean`` (per mini-batch), ``critic/grad_norm``, ``critic/lr``
+            (per optimizer step), ``critic/skipped_steps`` and ``perf/update_critic_s``.
+        """
+        from verl.workers.actor_rollout_ref import _metrics_proto
+        from verl.workers.losses import make_value_loss
+
+        self._need()
+        start = time.perf_counter()
+        metrics = self.critic.train_batch(data, make_value_loss(self.config.critic))
+        metrics["perf/update_critic_s"] = [time.perf_counter() - start]
+        return _metrics_proto(metrics)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """Write this rank's critic state (model, optimizer, scheduler) under ``path`` (``global_step_N/critic``)."""
+        self._need()
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        if hasattr(self.critic, "save_checkpoint"):  # sharded engines write their own format (e.g. DCP)
+            self.critic.save_checkpoint(folder)
+        else:
+            torch.save(self.critic.state_dict(), self._file(folder))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote.
+
+        Raises:
+            FileNotFoundError: no critic state for this rank and world size under ``path``.
+        """
+        self._need()
+        folder = Path(path)
+        if hasattr(self.critic, "load_checkpoint"):
+            self.critic.load_checkpoint(folder)
+            return
+        file = self._file(folder)
+        if not file.exists():
+            raise FileNotFoundError(
+                f"critic checkpoint {file} not found (saved without a critic, or with another world size? "
+                f"expected world_size={self.world_size})"
+            )
+        self.critic.load_state_dict(torch.load(file, map_location="cpu", weights_only=False))
+
+    def _file(self, folder: Path) -> Path:
+        return folder / f"model_world_size_{self.world_size}_rank_{self.rank}.pt"
+
+    def _need(self) -> None:
+        if self.critic is None:
+            raise RuntimeError("this worker has no critic engine: call init_model first")
