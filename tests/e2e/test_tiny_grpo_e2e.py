@@ -382,3 +382,46 @@ def test_rollout_that_reorders_rows_is_caught_k13(workspace, monkeypatch, capsys
     with pytest.raises(Exception, match="different order than its prompts") as info:
         verl_main(args)
     assert "row 0" in str(info.value) or "row 0" in str(info.value.__cause__)
+
+
+VOTING_REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Digit share as the score; the first character as the extracted answer (the maj@N vote)."""
+    share = sum(c.isdigit() for c in solution_str) / len(solution_str) if solution_str else 0.0
+    return {"score": share, "pred": solution_str[:1]}
+'''
+
+
+def test_validation_with_n_samples_reports_verl_metrics_and_logs_generations(workspace, tmp_path):
+    reward = tmp_path / "voting.py"
+    reward.write_text(VOTING_REWARD)
+    run_dir = tmp_path / "val_n"
+    args = _args(
+        workspace,
+        run_dir,
+        f"custom_reward_function.path={reward}",
+        "actor_rollout_ref.rollout.val_kwargs.n=2",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
+        "trainer.log_val_generations=3",
+        f"trainer.validation_data_dir={tmp_path / 'val_dump'}",
+        "trainer.total_training_steps=1",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+    )
+    assert verl_main(args) == 0
+    val = _metrics(run_dir)[0]
+    dumped = [json.loads(x) for x in (tmp_path / "val_dump" / "0.jsonl").read_text().splitlines()]
+    assert len(dumped) == 8  # 4 prompts x 2 samples
+    # No acc reported: the core variable is the reward; its mean@2 is the mean of the dumped scores.
+    assert val["val-core/openai/gsm8k/reward/mean@2"] == pytest.approx(sum(r["score"] for r in dumped) / 8)
+    for key in ("best@2/mean", "maj@2/mean"):
+        assert f"val-core/openai/gsm8k/reward/{key}" in val, key
+    assert "val-aux/openai/gsm8k/reward/worst@2/mean" in val
+    best, mean = val["val-core/openai/gsm8k/reward/best@2/mean"], val["val-core/openai/gsm8k/reward/mean@2"]
+    assert best >= mean - 1e-9
+    logged = [json.loads(x) for x in (run_dir / "val_generations.jsonl").read_text().splitlines()]
+    assert len(logged) == 3 and all(r["step"] == 0 for r in logged)
+    # The logged samples are dumped ones: same (input, output, score) triples.
+    dumped_triples = {(r["input"], r["output"], round(r["score"], 6)) for r in dumped}
+    assert all((r["input"], r["output"], round(r["score"], 6)) in dumped_triples for r in logged)

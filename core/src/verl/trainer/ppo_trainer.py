@@ -73,7 +73,7 @@ class PPOTrainer:
         from verl.data.sampler import create_dataloader
         from verl.models import load_tokenizer, resolve_model_path
         from verl.trainer.checkpoint import CheckpointManager
-        from verl.trainer.tracking import Tracking
+        from verl.trainer.tracking import Tracking, ValidationGenerationsLogger
 
         cfg = self.config
         faults.arm()  # test-only VERL_FAULT_INJECT; a typo fails here, before anything is loaded
@@ -122,6 +122,7 @@ class PPOTrainer:
             run_dir=self.run_dir,
             total_steps=self.total_training_steps,
         )
+        self.val_generations = ValidationGenerationsLogger(self.tracking, cfg.trainer.log_val_generations)
 
     def _build_worker_groups(self) -> tuple[Any, Any]:
         """``(actor group, rollout group)``: the same hybrid group unless the rollout is standalone.
@@ -417,14 +418,7 @@ class PPOTrainer:
         if self.val_dataloader is None:
             return {}
         logger.info("validation at step %d: %d prompts", self.global_steps, len(self.val_dataset))
-        records: dict[str, list[Any]] = {
-            "data_source": [],
-            "score": [],
-            "acc": [],
-            "uid": [],
-            "input": [],
-            "output": [],
-        }
+        records: dict[str, list[Any]] = {"data_source": [], "score": [], "uid": [], "input": [], "output": []}
         extra: dict[str, float] = {}
         for batch in self.val_dataloader:
             uids = [str(uuid.uuid4()) for _ in range(len(batch))]
@@ -435,17 +429,27 @@ class PPOTrainer:
             self._reward(batch, self.val_reward_fn, metrics)
             for key, value in metrics.items():
                 extra[key] = extra.get(key, 0.0) + float(value)
+            done = len(records["score"])
             scores = batch.batch["token_level_scores"].sum(-1).tolist()
             records["score"] += scores
-            acc = batch.non_tensor_batch.get("reward_extra/acc")
-            records["acc"] += list(acc) if acc is not None else [None] * len(scores)
             records["data_source"] += list(batch.non_tensor_batch["data_source"])
             records["uid"] += [u for u in uids for _ in range(n)]
             records["input"] += self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
             records["output"] += self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
+            # Everything the scorer reported (acc, pred for maj@N, ...) feeds verl's validation metrics;
+            # its own "score" is the token-level score already recorded.
+            for key, values in batch.non_tensor_batch.items():
+                name = key.removeprefix("reward_extra/")
+                if key.startswith("reward_extra/") and name not in records:
+                    records[name] = [None] * done
+                if key.startswith("reward_extra/") and name != "score":
+                    records[name] += list(values)
+            for values in records.values():
+                values += [None] * (len(records["score"]) - len(values))
         result = compute_validation_metrics(records)
         result.update({f"val-aux/{k}": v for k, v in extra.items()})
         self._dump_generations(records)
+        self.val_generations.log(records["input"], records["output"], records["score"], step=self.global_steps)
         self.validation_history.append({"step": self.global_steps, **result})
         return result
 
