@@ -25,10 +25,13 @@ import signal
 ENV_VAR = "VERL_FAULT_INJECT"
 STAGES = (
     "gen",
+    "rm",
     "reward",
     "old_log_prob",
     "ref",
+    "values",
     "adv",
+    "update_critic",
     "update_actor",
     "save_checkpoint",
     "checkpoint_write",

@@ -312,6 +312,7 @@ class PPOTrainer:
             batch.meta_info["temperature"] = rollout_cfg.temperature if rollout_cfg.do_sample else 1.0
             batch.meta_info.pop("timing", None)
             if self.rm_wg is not None:
+                faults.check("rm", step)
                 with marked_timer("rm", timing):
                     batch = batch.union(self.rm_wg.compute_rm_score(batch))
             faults.check("reward", step)
@@ -340,6 +341,7 @@ class PPOTrainer:
                     ref.meta_info.clear()
                     batch = batch.union(ref)
             if self.critic_wg is not None:
+                faults.check("values", step)
                 with marked_timer("values", timing):
                     values = self.critic_wg.compute_values(batch)
                     values.meta_info.clear()
@@ -361,6 +363,7 @@ class PPOTrainer:
                     config=cfg.algorithm,
                 )
             if self.critic_wg is not None:
+                faults.check("update_critic", step)
                 with marked_timer("update_critic", timing):
                     critic_out = self.critic_wg.update_critic(batch)
                 metrics.update(reduce_metrics(critic_out.meta_info["metrics"]))
