@@ -34,7 +34,8 @@ def tokenizer(model_path):
 
 @pytest.fixture(scope="module")
 def config():
-    return make_rollout_config(n=1, dtype="float32", engine_kwargs={"vllm": {"max_model_len": 256}})
+    vllm = {"max_model_len": 256, "max_num_batched_tokens": 256}
+    return make_rollout_config(n=1, dtype="float32", engine_kwargs={"vllm": vllm})
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +82,21 @@ def test_sample_seed_makes_rows_independent_of_their_batch(engine, tokenizer):
     # Same prompt, different seeds (rows 0 and 1 repeat prompt 0): the two samples are drawn independently.
     again = engine.generate(_meta(prompts))
     assert torch.equal(again.batch["responses"], full.batch["responses"])
+
+
+def test_seeded_batch_larger_than_one_scheduler_step(engine, tokenizer):
+    """More prompt tokens than one scheduler step takes (max_num_batched_tokens = max_model_len = 256 here),
+    every row seeded as the trainer does: prefill spans several steps (vLLM 0.32 on CPU crashed on
+    chunked prefills of seeded requests), and each row still samples what it samples alone."""
+    texts = [f"Question {i}: what is {i} plus {2 * i}? Answer briefly." for i in range(24)]
+    prompts = make_prompt_batch(tokenizer, texts)
+    assert int(prompts.batch["attention_mask"].sum()) > 256
+    prompts.batch["sample_seed"] = torch.arange(len(prompts), dtype=torch.long) * 7 + 1
+    full = engine.generate(_meta(prompts))
+    rows = torch.tensor([3, 17])
+    part = prompts[rows]
+    part.batch["sample_seed"] = prompts.batch["sample_seed"][rows]
+    assert torch.equal(engine.generate(_meta(part)).batch["responses"], full.batch["responses"][rows])
 
 
 def test_call_seed_reproduces_a_call(engine, tokenizer):

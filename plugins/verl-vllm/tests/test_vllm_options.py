@@ -31,6 +31,7 @@ def test_defaults():
         "max_model_len": None,
         "max_num_batched_tokens": None,
         "enable_prefix_caching": True,
+        "enable_chunked_prefill": None,
         "enable_sleep_mode": True,
         "sleep_level": 1,
         "seed": None,

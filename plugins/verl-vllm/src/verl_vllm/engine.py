@@ -123,6 +123,13 @@ class VLLMRolloutEngine:
             "logprobs_mode": "processed_logprobs",
             "tensor_parallel_size": 1,
         }
+        chunked = self.options.enable_chunked_prefill
+        if chunked is None and self.device_type == "cpu":
+            # vLLM 0.32 rewinds a seeded request's generator after a partial (chunked) prefill with
+            # Generator.set_offset, which CPU generators lack: whole prefills only (one step or several).
+            chunked = False
+        if chunked is not None:
+            kwargs["enable_chunked_prefill"] = bool(chunked)
         if self.options.max_num_batched_tokens is not None:
             kwargs["max_num_batched_tokens"] = int(self.options.max_num_batched_tokens)
         if self.device_type == "cuda":

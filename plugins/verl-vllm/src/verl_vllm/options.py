@@ -67,6 +67,9 @@ class VLLMRolloutOptions:
             ``max_position_embeddings``. Must be >= ``rollout.prompt_length + rollout.response_length``.
         max_num_batched_tokens: tokens per scheduler step; null = vLLM's default.
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes (the ``n`` samples of a prompt).
+        enable_chunked_prefill: split long prefills over scheduler steps; null = false on cpu, vLLM's default
+            on cuda. On cpu a partial prefill of a seeded request crashes vLLM 0.32 (it rewinds the request's
+            generator with ``set_offset``, which CPU generators do not have), and the trainer seeds every row.
         enable_sleep_mode: build the engine with vLLM's sleep mode on cuda (needed by ``sleep()``).
         sleep_level: 1 = offload weights to CPU and drop the KV cache; 2 = discard weights too (then
             ``update_weights`` must follow each ``wake_up`` before generating, as in verl's hybrid engine).
@@ -82,6 +85,7 @@ class VLLMRolloutOptions:
     max_model_len: int | None = attrs.field(default=None, validator=_positive)
     max_num_batched_tokens: int | None = attrs.field(default=None, validator=_positive)
     enable_prefix_caching: bool = attrs.field(default=True)
+    enable_chunked_prefill: bool | None = attrs.field(default=None)
     enable_sleep_mode: bool = attrs.field(default=True)
     sleep_level: int = attrs.field(default=1, validator=attrs.validators.in_(SLEEP_LEVELS))
     seed: int | None = attrs.field(default=None)
