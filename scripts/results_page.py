@@ -1,7 +1,8 @@
 """Turn a `verl train` run directory into a results page: score curve PNG, per-step table, learning test.
 
     pip install matplotlib   # for the PNG
-    python scripts/results_page.py RUN_DIR OUT_MD [--title TITLE] [--command "verl train ..."]
+    python scripts/results_page.py RUN_DIR OUT_MD [--title TITLE] [--command "verl train ..."] \
+        [--compare OTHER_RUN_DIR --compare-label GRPO]
 
 Reads ``RUN_DIR/metrics.jsonl`` (per-step metrics, validation rows) and, when the run set
 ``trainer.rollout_data_dir=RUN_DIR/rollouts``, the per-sample scores of every step. The
@@ -65,7 +66,23 @@ def learning_test(run_dir: Path, steps: list[dict]) -> dict:
     }
 
 
-def plot(steps: list[dict], vals: list[dict], out_png: Path, title: str) -> None:
+def smoothed(steps: list[dict], window: int = 3) -> tuple[list[int], list[float]]:
+    """Trailing ``window``-step mean of the training score: ``(steps, values)``."""
+    x = [r["step"] for r in steps]
+    y = [r["critic/score/mean"] for r in steps]
+    if len(y) < window:
+        return x, y
+    return x[window - 1 :], [sum(y[i - window + 1 : i + 1]) / window for i in range(window - 1, len(y))]
+
+
+def plot(
+    steps: list[dict],
+    vals: list[dict],
+    out_png: Path,
+    title: str,
+    other: list[dict] | None = None,
+    other_label: str = "other",
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,8 +94,9 @@ def plot(steps: list[dict], vals: list[dict], out_png: Path, title: str) -> None
     ax.plot(x, y, marker="o", label="train score (critic/score/mean)")
     window = 3
     if len(y) >= window:
-        smooth = [sum(y[i - window + 1 : i + 1]) / window for i in range(window - 1, len(y))]
-        ax.plot(x[window - 1 :], smooth, label=f"train score, {window}-step mean")
+        ax.plot(*smoothed(steps, window), label=f"train score, {window}-step mean")
+    if other:
+        ax.plot(*smoothed(other, window), linestyle="--", label=f"{other_label}: train score, {window}-step mean")
     for key in sorted({k for r in vals for k in r if k.startswith("val-core/")}):
         ax.plot([r["step"] for r in vals if key in r], [r[key] for r in vals if key in r], marker="s", label=key)
     ax.set_xlabel("step")
@@ -90,19 +108,64 @@ def plot(steps: list[dict], vals: list[dict], out_png: Path, title: str) -> None
     fig.savefig(out_png, dpi=110)
 
 
+def comparison(run_dir: Path, steps: list[dict], other_dir: Path, other: list[dict], label: str) -> list[str]:
+    """Markdown: this run vs ``other`` per step and per wall-clock minute (training score)."""
+    mine, theirs = learning_test(run_dir, steps), learning_test(other_dir, other)
+
+    def elapsed(rows: list[dict]) -> list[float]:
+        total, out = 0.0, []
+        for r in rows:
+            total += r["timing_s/step"]
+            out.append(total / 60)
+        return out
+
+    t_mine, t_theirs = elapsed(steps), elapsed(other)
+    budget = min(t_mine[-1], t_theirs[-1])
+
+    def within(rows: list[dict], times: list[float]) -> list[dict]:
+        return [r for r, t in zip(rows, times, strict=True) if t <= budget + 1e-9]
+
+    def last_quarter_mean(rows: list[dict]) -> float:
+        q = max(1, len(rows) // 4)
+        return sum(r["critic/score/mean"] for r in rows[-q:]) / q
+
+    a, b = within(steps, t_mine), within(other, t_theirs)
+    return [
+        "",
+        f"## Compared with {label}",
+        "",
+        f"Training score (`critic/score/mean`, the same scorer in both runs). {label}: `{other_dir}`.",
+        "",
+        "| | this run | " + label + " |",
+        "|---|---|---|",
+        f"| steps | {len(steps)} | {len(other)} |",
+        f"| seconds per step (mean) | {60 * t_mine[-1] / len(steps):.1f} | {60 * t_theirs[-1] / len(other):.1f} |",
+        f"| first-quarter score | {mine['first'][0]:.4f} | {theirs['first'][0]:.4f} |",
+        f"| last-quarter score | {mine['last'][0]:.4f} | {theirs['last'][0]:.4f} |",
+        f"| gain (z) | {mine['diff']:+.4f} ({mine['z']:.1f}) | {theirs['diff']:+.4f} ({theirs['z']:.1f}) |",
+        f"| steps within the shorter run's {budget:.1f} min | {len(a)} | {len(b)} |",
+        f"| last-quarter score within that budget | {last_quarter_mean(a):.4f} | {last_quarter_mean(b):.4f} |",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("out_md", type=Path)
     parser.add_argument("--title", default="GRPO on GSM8K, SmolLM2-135M-Instruct, 2-core CPU")
     parser.add_argument("--command", default="verl train")
+    parser.add_argument("--compare", type=Path, default=None, help="another run directory to compare with")
+    parser.add_argument("--compare-label", default="other run")
     args = parser.parse_args()
     rows = load_rows(args.run_dir)
     steps = [r for r in rows if r["step"] > 0 and "critic/score/mean" in r]
     vals = [r for r in rows if any(k.startswith("val-core/") for k in r)]
+    other = None
+    if args.compare is not None:
+        other = [r for r in load_rows(args.compare) if r["step"] > 0 and "critic/score/mean" in r]
     args.out_md.parent.mkdir(parents=True, exist_ok=True)
     png = args.out_md.with_suffix(".png")
-    plot(steps, vals, png, args.title)
+    plot(steps, vals, png, args.title, other, args.compare_label)
     test = learning_test(args.run_dir, steps)
     config = (args.run_dir / "config.yaml").read_text()
     stage_keys = [k for k in steps[0] if k.startswith("timing_s/")]
@@ -147,14 +210,18 @@ def main() -> None:
             formatted = sum(r["score"] > 0 for r in rows) / len(rows)
             chars = sum(len(r["output"]) for r in rows) / len(rows)
             lines.append(f"| {path.stem} | {exact:.3f} ({len(rows)} prompts) | {formatted:.3f} | {chars:.0f} |")
+    if other is not None:
+        lines += comparison(args.run_dir, steps, args.compare, other, args.compare_label)
+    critic_keys = [k for k in ("critic/vf_loss", "critic/vf_explained_var") if k in steps[0]]
     lines += [
         "",
         "## Per step",
         "",
         "| step | score | pg_loss | entropy | grad_norm | resp len | "
+        + "".join(k.split("/")[1] + " | " for k in critic_keys)
         + " | ".join(k.split("/")[1] + "_s" for k in stage_keys)
         + " |",
-        "|---" * (6 + len(stage_keys)) + "|",
+        "|---" * (6 + len(critic_keys) + len(stage_keys)) + "|",
     ]
     for r in steps:
         cells = [
@@ -164,6 +231,7 @@ def main() -> None:
             f"{r.get('actor/entropy', float('nan')):.3f}",
             f"{r.get('actor/grad_norm', float('nan')):.3f}",
             f"{r['response_length/mean']:.1f}",
+            *(f"{r.get(k, float('nan')):.3f}" for k in critic_keys),
             *(f"{r[k]:.1f}" for k in stage_keys),
         ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
