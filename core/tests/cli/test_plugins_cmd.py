@@ -139,3 +139,38 @@ def test_disabled_and_conflicting_plugins(site, capsys, monkeypatch):
     # plugins load sorted by distribution name, so engines-fork comes first
     assert "  - training_engine 'anywhere': fork (engines-fork); engines (verl-engines)" in out
     assert "  - rollout_engine 'gpu_only': fork (engines-fork); engines (verl-engines)" in out
+
+
+MISSING_DEPENDENCY = """
+from verl.plugins import hookimpl
+from verl.plugins.specs import RolloutEngineSpec
+
+VERL_PLUGIN_API = (1, 0)
+
+def _make(*args, **kwargs):
+    raise AssertionError("verl plugins must not build engines")
+
+def _needs_fastgen():
+    return "fastgen is not installed: pip install 'verl-fastgen[cpu]'"
+
+@hookimpl
+def verl_rollout_engines():
+    return [RolloutEngineSpec(name="fastgen", factory=_make, devices=("cpu",), available=_needs_fastgen)]
+"""
+
+
+def test_backend_whose_dependency_is_missing_is_listed_unusable_and_refused_by_config(site, capsys):
+    site("verl-fastgen", "0.1", "fastgen", "fastgen_plugin", MISSING_DEPENDENCY)
+    rc, out = _run(capsys, "--json")
+    assert rc == 0
+    (row,) = [r for r in json.loads(out)["specs"]["rollout_engine"] if r["name"] == "fastgen"]
+    assert row["usable"] is False
+    assert row["reason"] == "fastgen is not installed: pip install 'verl-fastgen[cpu]'"
+    from verl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=["actor_rollout_ref.rollout.name=fastgen"])
+    assert (
+        "actor_rollout_ref.rollout.name: rollout engine 'fastgen' is installed but cannot run here: "
+        "fastgen is not installed: pip install 'verl-fastgen[cpu]'"
+    ) in str(err.value)

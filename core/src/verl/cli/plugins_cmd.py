@@ -49,12 +49,17 @@ def build_report() -> dict[str, Any]:
         text = str(exc) if isinstance(exc, PluginError) else f"{type(exc).__name__}: {exc}"
         platform = {"name": None, "device_type": None, "error": text}
 
+    from verl.plugins.specs import backend_unavailable
+
     def usable(kind: str, spec: Any) -> tuple[bool | None, str]:
         if kind == "platform":
             answer = answers.get(spec.name)
             return (None, "conflict: see below") if answer is None else (answer.available, answer.reason)
         if not hasattr(spec, "devices"):
             return True, "device-independent"
+        missing = backend_unavailable(spec)
+        if missing is not None:
+            return False, missing
         return _engine_usable(spec.devices, current, platform["error"], answers)
 
     specs = {}

@@ -149,6 +149,13 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
         return {}
     cfg = resolve_config(cfg)
     report = IssueCollector()
+    try:
+        from verl.plugins.specs import backend_unavailable
+    except ImportError:  # stripped-down install: nothing to ask the specs
+
+        def backend_unavailable(spec: Any) -> str | None:
+            return None
+
     device = cfg.trainer.device
     if device is not None:
         try:
@@ -166,6 +173,10 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
             spec = manager.get(kind, name)
         except Exception as exc:  # UnknownPluginError / PluginConflictError carry the available names
             report.error(name_key, str(exc))
+            continue
+        missing = backend_unavailable(spec)
+        if missing is not None:
+            report.error(name_key, f"{kind.replace('_', ' ')} {name!r} is installed but cannot run here: {missing}")
             continue
         devices = tuple(getattr(spec, "devices", ()) or ())
         if device is not None and devices and device not in devices:

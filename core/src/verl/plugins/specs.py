@@ -112,7 +112,13 @@ class PlatformSpec:
 
 @attrs.frozen(kw_only=True)
 class _BackendSpec:
-    """Fields shared by the engine specs (not a kind itself)."""
+    """Fields shared by the engine specs (not a kind itself).
+
+    ``available``: optional zero-argument, cheap check that the backend's own dependencies are
+    installed (e.g. ``importlib.util.find_spec("vllm")``; never import heavy modules here). It returns
+    ``True``, or a string saying what is missing and how to install it; ``verl plugins`` shows it and
+    the config check refuses the backend with it. ``None``: always available.
+    """
 
     name: str = attrs.field(validator=_name)
     factory: Callable[..., Any] = attrs.field(validator=_callable)
@@ -120,6 +126,26 @@ class _BackendSpec:
     devices: tuple[str, ...] = attrs.field(
         default=_DEFAULT_DEVICES, converter=_as_tuple, validator=_str_collection(False)
     )
+    available: Callable[[], bool | str] | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.is_callable())
+    )
+
+
+def backend_unavailable(spec: Any) -> str | None:
+    """Why ``spec``'s backend cannot be used here (its ``available()`` answer), or ``None`` if it can.
+
+    An ``available`` that raises counts as unavailable, with the exception as the reason.
+    """
+    check = getattr(spec, "available", None)
+    if check is None:
+        return None
+    try:
+        answer = check()
+    except Exception as exc:  # a broken probe must not break listing or config loading
+        return f"availability check failed: {type(exc).__name__}: {exc}"
+    if answer is True:
+        return None
+    return str(answer) if isinstance(answer, str) and answer else f"{spec.name!r} reports it is not available"
 
 
 @attrs.frozen(kw_only=True)

