@@ -17,34 +17,13 @@ import pytest
 import torch
 
 from verl.cli.main import main as verl_main
-from verl.data.gsm8k import default_source_dir, prepare_gsm8k
-from verl.testing.tiny import save_tiny_model
-
-REWARD_FN = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    """Share of digits in the response: varies between samples of a random model."""
-    if not solution_str:
-        return 0.0
-    return sum(c.isdigit() for c in solution_str) / len(solution_str)
-'''
+from verl.testing.workspace import make_gsm8k_workspace
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("e2e")
-    import gzip
-
     # 24 short training questions and 4 test questions from the shipped GSM8K files.
-    src = root / "src"
-    src.mkdir()
-    for split, count in (("train", 24), ("test", 4)):
-        with gzip.open(default_source_dir() / f"{split}.jsonl.gz", "rt") as fh:
-            rows = [line for line in fh if len(json.loads(line)["question"]) < 220][:count]
-        (src / f"{split}.jsonl").write_text("".join(rows))
-    files = prepare_gsm8k(root / "data", source_dir=src)
-    reward = root / "reward.py"
-    reward.write_text(REWARD_FN)
-    return {"root": root, "model": save_tiny_model(root / "tiny"), "reward": reward, **files}
+    return make_gsm8k_workspace(tmp_path_factory.mktemp("e2e"), train=24, test=4)
 
 
 def _args(ws: dict[str, Path], run_dir: Path, *extra: str) -> list[str]:

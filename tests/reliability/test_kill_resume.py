@@ -12,7 +12,6 @@ rename and tracker: the last step must run again, from step 3, mid-epoch 1).
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
@@ -26,17 +25,9 @@ import pytest
 import torch
 
 from verl.cli.main import main as verl_main
-from verl.data.gsm8k import default_source_dir, prepare_gsm8k
-from verl.testing.tiny import save_tiny_model
+from verl.testing.workspace import make_gsm8k_workspace
 from verl.trainer.checkpoint import TRACKER_FILE
 
-REWARD_FN = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    """Share of digits in the response: varies between samples of a random model, so the weights move."""
-    if not solution_str:
-        return 0.0
-    return sum(c.isdigit() for c in solution_str) / len(solution_str)
-'''
 TOTAL_STEPS = 4
 # case -> (VERL_FAULT_INJECT, the checkpoint the resume must load = the last complete one, extra overrides)
 KILL_CASES = {
@@ -52,17 +43,7 @@ CLOCK_KEYS = ("timing_s/", "timing_per_token_ms/", "perf/throughput", "perf/time
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("reliability")
-    src = root / "src"
-    src.mkdir()
-    for split, count in (("train", 4), ("test", 2)):
-        with gzip.open(default_source_dir() / f"{split}.jsonl.gz", "rt") as fh:
-            rows = [line for line in fh if len(json.loads(line)["question"]) < 220][:count]
-        (src / f"{split}.jsonl").write_text("".join(rows))
-    files = prepare_gsm8k(root / "data", source_dir=src)
-    reward = root / "reward.py"
-    reward.write_text(REWARD_FN)
-    return {"root": root, "model": save_tiny_model(root / "tiny"), "reward": reward, **files}
+    return make_gsm8k_workspace(tmp_path_factory.mktemp("reliability"), train=4, test=2)
 
 
 def _args(ws: dict[str, Path], run_dir: Path, *extra: str) -> list[str]:

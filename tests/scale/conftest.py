@@ -9,14 +9,7 @@ from pathlib import Path
 import pytest
 
 from verl.testing.tiny import save_tiny_model
-
-REWARD_FN = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    """Share of digits in the response: varies between samples of a random model."""
-    if not solution_str:
-        return 0.0
-    return sum(c.isdigit() for c in solution_str) / len(solution_str)
-'''
+from verl.testing.workspace import make_gsm8k_workspace
 
 
 @pytest.fixture(scope="module")
@@ -37,21 +30,9 @@ def model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, model_dir) -> dict[str, Path]:
     """8 training and 4 test GSM8K questions, the tiny model and a text-dependent reward."""
-    import gzip
-
-    from verl.data.gsm8k import default_source_dir, prepare_gsm8k
-
-    root = tmp_path_factory.mktemp("scale_e2e")
-    src = root / "src"
-    src.mkdir()
-    for split, count in (("train", 8), ("test", 4)):
-        with gzip.open(default_source_dir() / f"{split}.jsonl.gz", "rt") as fh:
-            rows = [line for line in fh if len(json.loads(line)["question"]) < 200][:count]
-        (src / f"{split}.jsonl").write_text("".join(rows))
-    files = prepare_gsm8k(root / "data", source_dir=src)
-    reward = root / "reward.py"
-    reward.write_text(REWARD_FN)
-    return {"model": model_dir, "reward": reward, **files}
+    return make_gsm8k_workspace(
+        tmp_path_factory.mktemp("scale_e2e"), train=8, test=4, max_question_chars=200, model=model_dir
+    )
 
 
 @pytest.fixture(scope="module")

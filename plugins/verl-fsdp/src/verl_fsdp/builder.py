@@ -33,54 +33,24 @@ def build_fsdp_training_engine(
     """
     import torch.distributed as dist
 
-    from verl.engines.reference.training import EngineSettings
+    from verl.engines.reference.builders import role_settings
     from verl_fsdp.dist import ensure_process_group
     from verl_fsdp.engine import DIST_BACKENDS, FSDPCriticEngine, FSDPTrainingEngine
     from verl_fsdp.options import FSDPEngineOptions, read_options
 
-    arr = config.actor_rollout_ref
-    actor, rollout, ref = arr.actor, arr.rollout, arr.ref
+    rollout = config.actor_rollout_ref.rollout
     engine_cls: Any = FSDPTrainingEngine
     extra: dict[str, Any] = {}
     if role == "critic":
         raw = config.critic.engine_kwargs.get("fsdp", {}) or {}
         opts = raw if isinstance(raw, FSDPEngineOptions) else FSDPEngineOptions(**dict(raw))
-    else:
-        opts = read_options(config, role)
-    if role == "critic":
-        from verl.engines.reference.builders import critic_settings
-
-        settings = critic_settings(config, world_size=world_size, dtype=opts.model_dtype)
-        optim = config.critic.optim
         engine_cls = FSDPCriticEngine
         extra["trust_remote_code"] = config.critic.model.trust_remote_code
-    elif role == "actor":
-        settings = EngineSettings(
-            mini_batch_size=actor.ppo_mini_batch_size * rollout.n // world_size,
-            micro_batch_size=actor.ppo_micro_batch_size_per_gpu,
-            use_dynamic_bsz=actor.use_dynamic_bsz,
-            max_token_len=actor.ppo_max_token_len_per_gpu,
-            ppo_epochs=actor.ppo_epochs,
-            shuffle=actor.shuffle,
-            data_loader_seed=actor.data_loader_seed,
-            infer_micro_batch_size=rollout.log_prob_micro_batch_size_per_gpu,
-            infer_use_dynamic_bsz=rollout.log_prob_use_dynamic_bsz,
-            infer_max_token_len=rollout.log_prob_max_token_len_per_gpu,
-            clip_grad=actor.optim.clip_grad,
-            dtype=opts.model_dtype,
-            gradient_checkpointing=arr.model.enable_gradient_checkpointing,
-        )
-        optim = actor.optim
-    elif role == "ref":
-        settings = EngineSettings(
-            infer_micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
-            infer_use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
-            infer_max_token_len=ref.log_prob_max_token_len_per_gpu,
-            dtype=opts.model_dtype,
-        )
-        optim = None
+    elif role in ("actor", "ref"):
+        opts = read_options(config, role)
     else:
         raise ValueError(f"fsdp training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
+    settings, optim = role_settings(config, role, world_size=world_size, dtype=opts.model_dtype, engine="fsdp")
     device_type = getattr(device, "type", str(device).split(":")[0])
     ensure_process_group(DIST_BACKENDS.get(device_type, "gloo"))
     if dist.get_world_size() != world_size:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from verl.engines.prompts import check_prompt_batch
 from verl.engines.reference.postprocess import build_rollout_batch
 from verl.engines.reference.sampling import resolve_sampling_params
 from verl_vllm.backend import device_type, engine_environment, import_vllm
@@ -335,22 +336,5 @@ class VLLMRolloutEngine:
 
 
 def _check_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, resp_len: int) -> None:
-    if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
-        raise ValueError(
-            f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be "
-            "(bs, prompt_len)"
-        )
-    if resp_len < 1:
-        raise ValueError(f"rollout.response_length must be >= 1, got {resp_len}")
-    if input_ids.shape[0] == 0:
-        return
-    lengths = attention_mask.sum(-1)
-    if bool((lengths == 0).any()):
-        rows = torch.nonzero(lengths == 0).flatten().tolist()[:5]
-        raise ValueError(f"prompt rows {rows} have an all-zero attention_mask (empty prompt)")
-    if bool((attention_mask[:, -1] == 0).any()):
-        rows = torch.nonzero(attention_mask[:, -1] == 0).flatten().tolist()[:5]
-        raise ValueError(
-            f"prompt rows {rows} are not left-padded (attention_mask[:, -1] == 0); pad prompts on the left "
-            "(tokenizer.padding_side = 'left')"
-        )
+    # The context limit is checked separately against vLLM's max_model_len (its own message).
+    check_prompt_batch(input_ids, attention_mask, resp_len)

@@ -54,22 +54,41 @@ def build_reference_training_engine(
     Raises:
         ValueError: unknown role.
     """
-    arr = config.actor_rollout_ref
-    actor, rollout, ref = arr.actor, arr.rollout, arr.ref
     opts = _options(config, role)
+    settings, optim = role_settings(config, role, world_size=world_size, dtype=opts.dtype, engine="reference")
     if role == "critic":
         from verl.engines.reference.critic import ReferenceCriticEngine
 
-        critic = config.critic
-        settings = critic_settings(config, world_size=world_size, dtype=opts.dtype)
         return ReferenceCriticEngine(
             model,
             settings,
-            optim=critic.optim,
+            optim=optim,
             total_training_steps=total_training_steps,
             device=device,
-            trust_remote_code=critic.model.trust_remote_code,
+            trust_remote_code=config.critic.model.trust_remote_code,
         )
+    return ReferenceTrainingEngine(
+        model, settings, optim=optim, total_training_steps=total_training_steps, device=device
+    )
+
+
+def role_settings(
+    config: Any, role: str, *, world_size: int = 1, dtype: str = "float32", engine: str = "training"
+) -> tuple[EngineSettings, Any]:
+    """``(EngineSettings, optim section or None)`` of one role, from verl's keys (shared by every engine).
+
+    * ``actor``: ``actor.ppo_*`` (mini-batch per rank = ``ppo_mini_batch_size * rollout.n / world_size``),
+      ``rollout.log_prob_*`` for its forward passes, ``actor.optim``;
+    * ``ref``: ``ref.log_prob_*``, forward-only (optim ``None``);
+    * ``critic``: :func:`critic_settings`, ``critic.optim``.
+
+    Raises:
+        ValueError: unknown role (``engine`` names the engine in the message).
+    """
+    arr = config.actor_rollout_ref
+    actor, rollout, ref = arr.actor, arr.rollout, arr.ref
+    if role == "critic":
+        return critic_settings(config, world_size=world_size, dtype=dtype), config.critic.optim
     if role == "actor":
         settings = EngineSettings(
             mini_batch_size=actor.ppo_mini_batch_size * rollout.n // world_size,
@@ -83,23 +102,19 @@ def build_reference_training_engine(
             infer_use_dynamic_bsz=rollout.log_prob_use_dynamic_bsz,
             infer_max_token_len=rollout.log_prob_max_token_len_per_gpu,
             clip_grad=actor.optim.clip_grad,
-            dtype=opts.dtype,
+            dtype=dtype,
             gradient_checkpointing=arr.model.enable_gradient_checkpointing,
         )
-        optim = actor.optim
-    elif role == "ref":
+        return settings, actor.optim
+    if role == "ref":
         settings = EngineSettings(
             infer_micro_batch_size=ref.log_prob_micro_batch_size_per_gpu,
             infer_use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
             infer_max_token_len=ref.log_prob_max_token_len_per_gpu,
-            dtype=opts.dtype,
+            dtype=dtype,
         )
-        optim = None
-    else:
-        raise ValueError(f"reference training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
-    return ReferenceTrainingEngine(
-        model, settings, optim=optim, total_training_steps=total_training_steps, device=device
-    )
+        return settings, None
+    raise ValueError(f"{engine} training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
 
 
 def critic_settings(config: Any, *, world_size: int = 1, dtype: str = "float32") -> EngineSettings:

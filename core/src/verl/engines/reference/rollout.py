@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from verl.engines.dtypes import resolve_dtype
+from verl.engines.prompts import check_prompt_batch
 from verl.engines.reference.postprocess import build_rollout_batch, compute_position_ids
 from verl.engines.reference.sampling import SamplingParams, resolve_sampling_params, select_next_tokens
 
@@ -187,31 +188,8 @@ class HFRolloutEngine:
         return DataProto.from_dict(tensors=tensors, meta_info={"timing": {"generate_sequences": seconds}})
 
     def _check_prompts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, resp_len: int) -> None:
-        if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
-            raise ValueError(
-                f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must both be "
-                "(bs, prompt_len)"
-            )
-        if resp_len < 1:
-            raise ValueError(f"rollout.response_length must be >= 1, got {resp_len}")
-        if input_ids.shape[0] == 0:
-            return
-        lengths = attention_mask.sum(-1)
-        if bool((lengths == 0).any()):
-            rows = torch.nonzero(lengths == 0).flatten().tolist()[:5]
-            raise ValueError(f"prompt rows {rows} have an all-zero attention_mask (empty prompt)")
-        if bool((attention_mask[:, -1] == 0).any()):
-            rows = torch.nonzero(attention_mask[:, -1] == 0).flatten().tolist()[:5]
-            raise ValueError(
-                f"prompt rows {rows} are not left-padded (attention_mask[:, -1] == 0); pad prompts on the left "
-                "(tokenizer.padding_side = 'left')"
-            )
         limit = getattr(self.model.config, "max_position_embeddings", None)
-        if limit is not None and int(lengths.max()) + resp_len > limit:
-            raise ValueError(
-                f"longest prompt ({int(lengths.max())} tokens) + rollout.response_length ({resp_len}) exceeds the "
-                f"model's max_position_embeddings ({limit}); lower data.max_prompt_length or response_length"
-            )
+        check_prompt_batch(input_ids, attention_mask, resp_len, limit, "max_position_embeddings")
 
     def _row_generators(self, seeds: list[int]) -> list[torch.Generator]:
         return [torch.Generator(device=self.device).manual_seed(int(seed) % (1 << 63)) for seed in seeds]
