@@ -35,39 +35,59 @@ def _actor_folder(path: Path) -> Path:
     return path / "actor" if (path / "actor").is_dir() else path
 
 
-def run(args: argparse.Namespace) -> int:
+class ExportSetupError(ValueError):
+    """The checkpoint cannot be exported as asked (missing folder, engine, config); the message says why."""
+
+
+def export_checkpoint(
+    checkpoint: str | Path, out: str | Path, *, hf_source: str | Path | None = None, strategy: str | None = None
+) -> tuple[Path, dict]:
+    """Merge an actor checkpoint into the HF folder ``out``; returns ``(out, checkpoint.json contents)``.
+
+    Args:
+        checkpoint: a ``global_step_N`` folder or its ``actor/`` subfolder.
+        out: destination folder.
+        hf_source: HF folder with the config + tokenizer (default: the checkpoint's ``huggingface/``).
+        strategy: training engine that wrote it (default: ``checkpoint.json``'s ``strategy``).
+
+    Raises:
+        ExportSetupError: no such folder, unknown engine, no config, or an engine without ``merge_checkpoint``.
+        FileNotFoundError / ValueError / RuntimeError: from the engine's merge (e.g. missing shard files).
+    """
     from verl.plugins import get_plugin_manager
 
-    folder = _actor_folder(Path(args.checkpoint).expanduser())
+    folder = _actor_folder(Path(checkpoint).expanduser())
     if not folder.is_dir():
-        print(f"error: checkpoint folder {folder} does not exist", file=sys.stderr)
-        return 2
+        raise ExportSetupError(f"checkpoint folder {folder} does not exist")
     info_file = folder / "checkpoint.json"
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
-    strategy = args.strategy or info.get("strategy")
+    strategy = strategy or info.get("strategy")
     if strategy is None:
-        print(
-            f"error: {info_file} not found, so the engine that wrote {folder} is unknown; pass --strategy "
-            "(e.g. --strategy reference or --strategy fsdp)",
-            file=sys.stderr,
+        raise ExportSetupError(
+            f"{info_file} not found, so the engine that wrote {folder} is unknown; pass --strategy "
+            "(e.g. --strategy reference or --strategy fsdp)"
         )
-        return 2
-    hf_source = Path(args.hf_source).expanduser() if args.hf_source else folder / "huggingface"
-    if not (hf_source / "config.json").is_file():
-        print(f"error: no config.json in {hf_source}; pass --hf-source <HF model folder>", file=sys.stderr)
-        return 2
+    source = Path(hf_source).expanduser() if hf_source else folder / "huggingface"
+    if not (source / "config.json").is_file():
+        raise ExportSetupError(f"no config.json in {source}; pass --hf-source <HF model folder>")
     try:
         spec = get_plugin_manager().get("training_engine", strategy)
     except ValueError as exc:
+        raise ExportSetupError(str(exc)) from exc
+    if spec.merge_checkpoint is None:
+        raise ExportSetupError(f"training engine {strategy!r} does not support verl export")
+    return spec.merge_checkpoint(folder, source, Path(out).expanduser()), {"strategy": strategy, **info}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        out, info = export_checkpoint(args.checkpoint, args.out, hf_source=args.hf_source, strategy=args.strategy)
+    except ExportSetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if spec.merge_checkpoint is None:
-        print(f"error: training engine {strategy!r} does not support verl export", file=sys.stderr)
-        return 2
-    try:
-        out = spec.merge_checkpoint(folder, hf_source, Path(args.out).expanduser())
     except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"verl export: {folder} ({strategy}, world size {info.get('world_size', '?')}) -> {out}")
+    folder = _actor_folder(Path(args.checkpoint).expanduser())
+    print(f"verl export: {folder} ({info['strategy']}, world size {info.get('world_size', '?')}) -> {out}")
     return 0

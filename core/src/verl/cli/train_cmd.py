@@ -77,16 +77,11 @@ def _export_if_missing(checkpoint: Path, run_dir: Path) -> int:
     export it now from that checkpoint, as ``verl export`` does. Returns the exit status."""
     if (run_dir / "final_hf").is_dir():
         return 0
-    from verl.cli import export_cmd
-
-    def export(out: str) -> None:
-        code = export_cmd.run(argparse.Namespace(checkpoint=str(checkpoint), out=out, hf_source=None, strategy=None))
-        if code != 0:
-            raise RuntimeError(f"exporting {checkpoint} to {run_dir / 'final_hf'} failed (verl export exit {code})")
+    from verl.cli.export_cmd import export_checkpoint
 
     try:
-        final = _write_final_hf(run_dir, export)
-    except RuntimeError as exc:
+        final = _write_final_hf(run_dir, lambda out: export_checkpoint(checkpoint, out))
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"verl train: final actor (HF folder) was missing; exported {checkpoint} to {final}")

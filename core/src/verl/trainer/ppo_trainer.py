@@ -184,12 +184,10 @@ class PPOTrainer:
             self.rm_wg.init_model()
 
     def _init_standalone_sync(self) -> None:
+        # Both pools must join at once (the rendezvous blocks), hence the non-blocking calls.
         addr, port = self.actor_rollout_wg.weight_sync_address()
-        both = [
-            self.actor_rollout_wg.init_weight_sync(addr, port, self.rollout_wg.world_size),
-            self.rollout_wg.init_weight_sync(addr, port, self.rollout_wg.world_size),
-        ]
-        for future in both:
+        world = self.rollout_wg.world_size
+        for future in [g.init_weight_sync(addr, port, world) for g in (self.actor_rollout_wg, self.rollout_wg)]:
             future.get()
 
     def _sync_weights(self) -> None:
@@ -197,8 +195,7 @@ class PPOTrainer:
         if self.rollout_wg is self.actor_rollout_wg:
             self.actor_rollout_wg.update_weights()
             return
-        both = [self.actor_rollout_wg.sync_weights(), self.rollout_wg.sync_weights()]
-        for future in both:
+        for future in [g.sync_weights() for g in (self.actor_rollout_wg, self.rollout_wg)]:
             future.get()
 
     def _build_reward_manager(self) -> Any:
@@ -374,7 +371,7 @@ class PPOTrainer:
                 with marked_timer("update_actor", timing):
                     out = wg.update_actor(batch)
                 metrics.update(reduce_metrics(out.meta_info["metrics"]))
-                metrics.update(self.nonfinite_guard.observe(out.meta_info["metrics"], self.global_steps + 1))
+                metrics.update(self.nonfinite_guard.observe(out.meta_info["metrics"], step))
             self.global_steps += 1
             if self._should_save():
                 faults.check("save_checkpoint", step)
@@ -440,15 +437,13 @@ class PPOTrainer:
             records["input"] += self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
             records["output"] += self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
             # Everything the scorer reported (acc, pred for maj@N, ...) feeds verl's validation metrics;
-            # its own "score" is the token-level score already recorded.
+            # its own "score" is the token-level score already recorded. A key missing from some batches
+            # is None there (the metrics skip a variable with any None).
             for key, values in batch.non_tensor_batch.items():
-                name = key.removeprefix("reward_extra/")
-                if key.startswith("reward_extra/") and name not in records:
-                    records[name] = [None] * done
-                if key.startswith("reward_extra/") and name != "score":
-                    records[name] += list(values)
+                if key.startswith("reward_extra/") and key != "reward_extra/score":
+                    records.setdefault(key.removeprefix("reward_extra/"), [None] * done).extend(values)
             for values in records.values():
-                values += [None] * (len(records["score"]) - len(values))
+                values.extend([None] * (len(records["score"]) - len(values)))
         result = compute_validation_metrics(records)
         result.update({f"val-aux/{k}": v for k, v in extra.items()})
         self._dump_generations(records)
