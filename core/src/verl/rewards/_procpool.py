@@ -325,7 +325,7 @@ class ScorerProcessPool:
                 if worker.task is None and worker.ready:
                     worker.conn.send(None)
             except (BrokenPipeError, EOFError, OSError):
-                pass
+                pass  # already dead: the SIGKILL below reaps it anyway
         deadline = time.monotonic() + 1.0
         for worker in self._workers:
             _reap(worker.process, max(0.0, deadline - time.monotonic()))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from verl.rewards._pool import _await
 from verl.rewards.errors import RewardConfigError
 
 __all__ = ["ScorerSpec", "IDLE", "PROGRESS_BYTES", "progress_view"]
@@ -122,10 +123,6 @@ def _send_results(conn: Connection, task_id: int, results: list, done: bool, ret
                     status, payload = "error", _error_payload(err)
             safe.append((pos, status, payload, elapsed))
         conn.send((kind, task_id, safe, retire))
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 def _score_chunk(conn: Connection, progress: Any, fn: Callable[..., Any], task_id: int, items: list) -> bool:

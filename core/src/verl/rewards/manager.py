@@ -274,16 +274,14 @@ class RewardManager:
         if self._pool is not None:
             items = [kwargs_of(index) for index in range(bs)]
             outcomes = self._pool.map(items, timeout_s=self.timeout_s, should_stop=stop)
-        elif self.isolation == "none":
-            outcomes = run_with_timeouts(
-                lambda i: self.compute_score(**kwargs_of(i)), bs, num_workers=1, timeout_s=None, should_stop=stop
-            )
         else:
+            # isolation="none": one worker and no timeout make run_with_timeouts call inline in this thread.
+            inline = self.isolation == "none"
             outcomes = run_with_timeouts(
                 lambda i: self.compute_score(**kwargs_of(i)),
                 bs,
-                num_workers=self.num_workers,
-                timeout_s=self.timeout_s,
+                num_workers=1 if inline else self.num_workers,
+                timeout_s=None if inline else self.timeout_s,
                 should_stop=stop,
             )
         return self._assemble(outcomes, data_sources, solution_strs, ground_truths, lengths, responses, return_dict)

@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from verl.trainer.tracking import step_ranges
+
 __all__ = ["NonFiniteStepGuard", "NonFiniteStepsError"]
 
 logger = logging.getLogger(__name__)
@@ -36,9 +38,10 @@ class NonFiniteStepsError(RuntimeError):
         self.steps = list(steps)
         self.checkpoint = checkpoint
         saved = f"; checkpoint of the last finite weights: {checkpoint}" if checkpoint else ""
+        where = step_ranges(self.steps) or "none"
         super().__init__(
             f"{streak} consecutive optimizer steps had a non-finite (NaN/inf) grad norm and were skipped, more than "
-            f"trainer.max_nonfinite_steps={limit} (training steps {_ranges(self.steps)}){saved}. The loss or its "
+            f"trainer.max_nonfinite_steps={limit} (training steps {where}){saved}. The loss or its "
             "gradient is NaN/inf: lower actor_rollout_ref.actor.optim.lr, check the data and rewards of those steps "
             "(trainer.rollout_data_dir dumps them) and any custom loss or reward function, then resume; "
             "trainer.max_nonfinite_steps=null disables this check."
@@ -46,12 +49,6 @@ class NonFiniteStepsError(RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.streak, self.limit, self.steps, self.checkpoint))
-
-
-def _ranges(steps: Sequence[int]) -> str:
-    if not steps:
-        return "none"
-    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 and steps[-1] - steps[0] == len(steps) - 1 else str(steps)
 
 
 def _floats(values: Any) -> list[float]:

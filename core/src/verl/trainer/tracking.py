@@ -129,8 +129,8 @@ class ConsoleBackend:
             self._bar = None
 
 
-def _ranges(steps: list[int]) -> str:
-    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
+def step_ranges(steps: Sequence[int]) -> str:
+    """Sorted step numbers as compact ranges for messages: ``[1, 2, 3, 7]`` -> ``"1-3, 7"``; ``[]`` -> ``""``."""
     spans: list[list[int]] = []
     for s in steps:
         if spans and s == spans[-1][1] + 1:
@@ -188,7 +188,7 @@ class FileBackend:
         logged = {json.loads(line)["step"] for line in kept}
         missing = [s for s in range(1, step + 1) if s not in logged]
         if logged and missing:
-            logger.warning("%s has no rows for steps %s (stopped before logging them)", self.path, _ranges(missing))
+            logger.warning("%s has no rows for steps %s (stopped before logging them)", self.path, step_ranges(missing))
         if dropped == 0:
             return 0
         self._fp.close()
