@@ -5,8 +5,6 @@ This is what makes a 2-rank data-parallel rollout sample exactly what the 1-rank
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -14,24 +12,14 @@ from verl.engines.reference.rollout import build_hf_rollout
 from verl.engines.reference.sampling import SamplingParams, select_next_tokens
 from verl.models import load_tokenizer
 from verl.protocol import DataProto
+from verl.testing.conformance import make_rollout_config
 from verl.testing.tiny import save_tiny_model
 
 PROMPTS = ["What is 2+3?", "hi", "Count: 1 2 3", "a longer prompt with words", "x", "12 + 30 ="]
 
 
 def _cfg(**kw):
-    base = dict(
-        response_length=10,
-        calculate_log_probs=True,
-        temperature=1.3,
-        top_p=1.0,
-        top_k=-1,
-        do_sample=True,
-        seed=0,
-        val_kwargs=SimpleNamespace(do_sample=False, temperature=0.0, top_p=1.0, top_k=-1, n=1),
-    )
-    base.update(kw)
-    return SimpleNamespace(**base)
+    return make_rollout_config(response_length=10, temperature=1.3, **kw)
 
 
 @pytest.fixture(scope="module")
