@@ -22,7 +22,7 @@ def _batch(tok, prompts: list[str], responses: list[str]) -> DataProto:
     bs = len(prompts)
     messages = [[{"role": "user", "content": p}] for p in prompts]
     p_ids = [tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True) for m in messages]
-    p_ids = [list(x["input_ids"]) if isinstance(x, dict) or hasattr(x, "keys") else list(x) for x in p_ids]
+    p_ids = [list(x["input_ids"]) if hasattr(x, "keys") else list(x) for x in p_ids]  # BatchEncoding or list
     width = 40
     prompt = torch.full((bs, width), tok.pad_token_id)
     pmask = torch.zeros(bs, width, dtype=torch.long)
@@ -177,3 +177,5 @@ def test_combine_scores_rules():
         combine_scores(rule, rm, "max")
     with pytest.raises(ValueError, match="rule scores"):
         combine_scores(None, rm, "sum")
+    with pytest.raises(ValueError, match="differ in shape"):
+        combine_scores(rule, rm[:, :1], "sum")

@@ -23,7 +23,12 @@ from verl.controller import Dispatch, Worker, register
 
 def resolve_model_folder(path: Any) -> Path:
     """An existing local folder as is (any architecture: a value or reward model), else
-    :func:`verl.models.resolve_model_path` (built-in names, cached hub ids; causal LMs only)."""
+    :func:`verl.models.resolve_model_path` (built-in names, cached hub ids; causal LMs only).
+
+    Raises:
+        ModelResolutionError (ValueError): ``path`` is not a folder and ``resolve_model_path`` cannot resolve it
+            (``ModelNotFoundError`` when it does not exist).
+    """
     from verl.models import resolve_model_path
 
     folder = Path(str(path)).expanduser()

@@ -28,7 +28,7 @@ def eos_token_ids(tokenizer: Any, model_path: Any) -> list[int]:
 
         sources.append(GenerationConfig.from_pretrained(str(model_path)).eos_token_id)
     except (OSError, ValueError):
-        pass
+        pass  # no generation_config.json (or an unreadable one): the tokenizer's EOS is the only source
     for source in sources:
         for i in [source] if isinstance(source, int) else list(source or []):
             if int(i) not in ids:
