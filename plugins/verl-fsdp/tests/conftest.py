@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from verl.engines.sync import free_port
 
 HERE = Path(__file__).parent
 WORLD = 2
@@ -24,12 +25,6 @@ def load_scenarios():
     return module
 
 
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def scenarios():
     return load_scenarios()
@@ -39,7 +34,7 @@ def scenarios():
 def two_rank_results(tmp_path_factory):
     """``(out_dir, [rank0_results, rank1_results])`` of ``fsdp_scenarios.run`` over 2 gloo ranks."""
     out = tmp_path_factory.mktemp("fsdp2")
-    port = _port()
+    port = free_port()
     procs = []
     for rank in range(WORLD):
         env = {

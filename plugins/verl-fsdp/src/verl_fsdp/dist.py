@@ -9,22 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
+from verl.engines.sync.group import free_port
+
 logger = logging.getLogger(__name__)
 
 _ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free when asked (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def ensure_process_group(backend: str = "gloo") -> bool:

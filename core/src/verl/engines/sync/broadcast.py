@@ -31,6 +31,7 @@ from verl.engines.sync.buckets import (
     bucket_capacity_bytes,
     decode_header,
     encode_header,
+    entry_nbytes,
     header_entry,
     tensor_nbytes,
     unpack_bucket,
@@ -315,7 +316,7 @@ class BroadcastCheckpointEngine:
                 self._broadcast(bucket)
             counts["buckets"] += 1
             counts["tensors"] += len(entries)
-            counts["bytes"] += sum(tensor_nbytes(t) for _, t in unpack_bucket(bucket, entries))
+            counts["bytes"] += sum(entry_nbytes(dtype, shape) for _, dtype, shape, _ in entries)
             if error is None:
                 try:
                     rollout.update_weights(unpack_bucket(bucket, entries))

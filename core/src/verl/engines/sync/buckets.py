@@ -11,6 +11,7 @@ except that a tensor larger than a bucket is sent whole in a bucket of its own i
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -113,6 +114,11 @@ def header_entry(name: str, tensor: torch.Tensor, offset: int) -> dict[str, Any]
     }
 
 
+def entry_nbytes(dtype: torch.dtype, shape: Sequence[int]) -> int:
+    """Payload bytes of a header entry: ``prod(shape) * dtype.itemsize`` (1 element for ``shape == ()``)."""
+    return math.prod(shape) * dtype.itemsize
+
+
 def _dtype(name: Any) -> torch.dtype:
     dtype = getattr(torch, name, None) if isinstance(name, str) else None
     if not isinstance(dtype, torch.dtype):
@@ -137,10 +143,7 @@ def decode_header(raw: bytes, bucket_nbytes: int) -> list[tuple[str, torch.dtype
     except (ValueError, KeyError, TypeError) as exc:
         raise BucketHeaderError(f"bucket header: cannot decode {len(raw)} bytes ({exc})") from exc
     for name, dtype, shape, offset in parsed:
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        end = offset + numel * dtype.itemsize
+        end = offset + entry_nbytes(dtype, shape)
         if offset < 0 or end > bucket_nbytes:
             raise BucketHeaderError(
                 f"bucket header: {name!r} spans bytes [{offset}, {end}) of a {bucket_nbytes}-byte bucket"
@@ -156,10 +159,7 @@ def unpack_bucket(
     The views alias ``bucket``: consumers must copy them before the bucket buffer is reused.
     """
     for name, dtype, shape, offset in entries:
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        raw = bucket[offset : offset + numel * dtype.itemsize]
+        raw = bucket[offset : offset + entry_nbytes(dtype, shape)]
         yield name, raw.view(dtype).reshape(shape)
 
 
