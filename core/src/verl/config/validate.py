@@ -180,6 +180,12 @@ def _check_algorithm(cfg: RootConfig, report: IssueCollector) -> None:
             report.error(f"{ARR}.rollout.n", message + " (grpo_passk needs n >= 2)")
         else:
             report.warn(f"{ARR}.rollout.n", message)
+    if algo.rollout_correction.bypass_mode and not cfg.actor_rollout_ref.rollout.calculate_log_probs:
+        report.error(
+            "algorithm.rollout_correction.bypass_mode",
+            f"uses the rollout's log-probs as the old policy's; set {ARR}.rollout.calculate_log_probs=true "
+            "(or turn bypass_mode off)",
+        )
     if algo.use_kl_in_reward and actor.use_kl_loss:
         report.warn(
             "algorithm.use_kl_in_reward",

@@ -325,12 +325,19 @@ class PPOTrainer:
             if cfg.algorithm.adv_estimator == "remax":
                 batch.batch["reward_baselines"] = baselines.repeat_interleave(n)
             faults.check("old_log_prob", step)
-            with marked_timer("old_log_prob", timing):
-                old = wg.compute_log_prob(batch)
-                entropys = old.batch.pop("entropys")
-                metrics["actor/entropy"] = float(agg_loss(entropys, batch.batch["response_mask"], actor.loss_agg_mode))
-                old.meta_info.clear()
-                batch = batch.union(old)
+            source = self.old_log_prob_source()
+            batch.meta_info["old_log_prob_source"] = source
+            if source == "rollout":
+                batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+            elif source == "recompute":
+                with marked_timer("old_log_prob", timing):
+                    old = wg.compute_log_prob(batch)
+                    entropys = old.batch.pop("entropys")
+                    metrics["actor/entropy"] = float(
+                        agg_loss(entropys, batch.batch["response_mask"], actor.loss_agg_mode)
+                    )
+                    old.meta_info.clear()
+                    batch = batch.union(old)
             if self.use_reference_policy:
                 faults.check("ref", step)
                 with marked_timer("ref", timing):
@@ -389,6 +396,28 @@ class PPOTrainer:
         metrics["training/global_step"] = self.global_steps
         metrics["training/epoch"] = (self.global_steps - 1) // self.steps_per_epoch
         return metrics
+
+    def old_log_prob_source(self) -> str:
+        """Where a step's old-policy log-probs come from: ``recompute``, ``on_policy`` or ``rollout``.
+
+        * ``rollout`` (``algorithm.rollout_correction.bypass_mode``): the rollout's ``rollout_log_probs``,
+          as verl's bypass mode; exact only when the rollout computes log-probs as the trainer does.
+        * ``on_policy`` (``actor.reuse_on_policy_log_prob``, the default, when the update is one optimizer
+          step over the whole batch: one epoch, ``ppo_mini_batch_size >= train_batch_size``, and no
+          in-reward KL, which reads the old log-probs before the update): the update's own forward,
+          detached, *is* the old policy's log-prob (same weights, same tokens), so the ratio is exactly 1;
+          verl's ``dp_actor`` uses it the same way (``on_policy``) and TRL skips the pass as well.
+          ``actor/entropy`` then comes from the update's forward (the same values).
+        * ``recompute``: a separate ``old_log_prob`` forward pass before the update (verl's default path).
+        """
+        cfg = self.config
+        actor = cfg.actor_rollout_ref.actor
+        if cfg.algorithm.rollout_correction.bypass_mode:
+            return "rollout"
+        one_step = actor.ppo_epochs == 1 and actor.ppo_mini_batch_size >= cfg.data.train_batch_size
+        if actor.reuse_on_policy_log_prob and one_step and not cfg.algorithm.use_kl_in_reward:
+            return "on_policy"
+        return "recompute"
 
     def _greedy_baseline(self, batch: Any) -> torch.Tensor:
         """ReMax's baseline: the score of one greedy response per prompt, ``(num_prompts,)`` float32.

@@ -23,12 +23,19 @@ from verl.algorithms import agg_loss, combine_actor_loss, get_policy_loss_fn, kl
 LossFn = Callable[[Any, dict[str, torch.Tensor], dict[str, Any]], tuple[torch.Tensor, dict[str, float]]]
 
 
-def make_ppo_loss(actor: Any) -> LossFn:
+def make_ppo_loss(actor: Any, *, entropy_metric: bool = False) -> LossFn:
     """Build the actor loss for the ``actor_rollout_ref.actor`` config section ``actor``.
 
-    The micro-batch must carry ``old_log_probs``, ``advantages``, ``response_mask``
-    ``(bs, resp_len)``, plus ``ref_log_prob`` when ``actor.use_kl_loss`` and optionally
-    ``rollout_is_weights``.
+    The micro-batch must carry ``advantages``, ``response_mask`` ``(bs, resp_len)``, plus
+    ``ref_log_prob`` when ``actor.use_kl_loss`` and optionally ``rollout_is_weights``; and
+    ``old_log_probs``, unless ``meta_info["old_log_prob_source"] == "on_policy"``: then the
+    detached log-probs of this very forward are the old policy's (one optimizer step per batch,
+    see :meth:`verl.trainer.ppo_trainer.PPOTrainer.old_log_prob_source`).
+
+    Args:
+        actor: the ``actor_rollout_ref.actor`` section.
+        entropy_metric: also report ``actor/entropy`` (the aggregated entropy of this forward; the
+            engine computes it without a graph when the loss itself has no entropy term).
 
     Raises:
         ValueError: (at build time) for an unknown ``policy_loss.loss_mode``.
@@ -39,14 +46,17 @@ def make_ppo_loss(actor: Any) -> LossFn:
 
     def loss_fn(micro: Any, outputs: dict[str, torch.Tensor], norm: dict[str, Any]) -> tuple[torch.Tensor, dict]:
         batch = micro.batch
-        for key in ("old_log_probs", "advantages", "response_mask"):
+        on_policy = (micro.meta_info or {}).get("old_log_prob_source") == "on_policy"
+        required = ("advantages", "response_mask") if on_policy else ("old_log_probs", "advantages", "response_mask")
+        for key in required:
             if key not in batch.keys():
                 raise KeyError(f"actor update needs batch[{key!r}]; present: {sorted(batch.keys())}")
         mask = batch["response_mask"]
         log_prob = outputs["log_probs"]
+        old_log_prob = log_prob.detach() if on_policy else batch["old_log_probs"]
         is_weights = batch["rollout_is_weights"] if "rollout_is_weights" in batch.keys() else None
         pg_loss, pg_metrics = policy_loss_fn(
-            old_log_prob=batch["old_log_probs"],
+            old_log_prob=old_log_prob,
             log_prob=log_prob,
             advantages=batch["advantages"],
             response_mask=mask,
@@ -75,12 +85,16 @@ def make_ppo_loss(actor: Any) -> LossFn:
         metrics["actor/loss"] = float(loss.detach()) / dp
         if entropy is not None:
             metrics["actor/entropy_loss"] = float(entropy.detach()) / dp
+        if entropy_metric and "entropys" in outputs:
+            value = entropy if entropy is not None else agg_loss(outputs["entropys"], mask, mode, **norm)
+            metrics["actor/entropy"] = float(value.detach()) / dp
         if kl_loss is not None:
             metrics["actor/kl_loss"] = float(kl_loss.detach()) / dp
             metrics["actor/kl_coef"] = float(actor.kl_loss_coef) * share
         return loss, metrics
 
-    loss_fn.needs_entropy = actor.entropy_coeff != 0  # the engine skips the entropy otherwise
+    loss_fn.needs_entropy = actor.entropy_coeff != 0  # the engine skips the entropy's graph otherwise
+    loss_fn.entropy_metric = entropy_metric  # the engine computes it (without a graph) for the metric
     return loss_fn
 
 

@@ -179,10 +179,14 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
 
     # ------------------------------------------------------------------ data-parallel hooks
 
-    def _plan(self, data: Any, *, use_dynamic: bool, micro: int | None, max_tokens: int) -> list[list[int]]:
+    def _plan(
+        self, data: Any, *, use_dynamic: bool, micro: int | None, max_tokens: int, packed: bool = False
+    ) -> list[list[int]]:
         if len(data) == 0:
             raise ValueError(f"rank {self.rank}: got an empty batch; every rank needs at least one row")
-        plan = ReferenceTrainingEngine._plan(data, use_dynamic=use_dynamic, micro=micro, max_tokens=max_tokens)
+        plan = ReferenceTrainingEngine._plan(
+            data, use_dynamic=use_dynamic, micro=micro, max_tokens=max_tokens, packed=packed
+        )
         count = int(all_reduce([len(plan)], "max", self.device)[0])
         if count > len(data):
             raise ValueError(
@@ -192,9 +196,11 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         return _split_to(plan, count)
 
     def forward_micro_batch(
-        self, batch: Any, temperature: float, *, calculate_entropy: bool = False
+        self, batch: Any, temperature: float, *, calculate_entropy: bool = False, entropy_grad: bool = True
     ) -> dict[str, torch.Tensor]:
-        out = super().forward_micro_batch(batch, temperature, calculate_entropy=calculate_entropy)
+        out = super().forward_micro_batch(
+            batch, temperature, calculate_entropy=calculate_entropy, entropy_grad=entropy_grad
+        )
         resp_len = batch["responses"].shape[1]
         if bool(batch["attention_mask"][:, -resp_len:].any()):
             return out

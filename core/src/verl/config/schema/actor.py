@@ -57,6 +57,11 @@ class ActorConfig:
     kl_loss_coef: float = fld(0.001, doc="coefficient of the KL loss")
     kl_loss_type: str = fld("low_var_kl", doc="KL estimator for the loss: kl|k1|abs|mse|k2|low_var_kl|k3 (+ suffix)")
     ppo_epochs: int = fld(1, doc="passes over each training batch")
+    reuse_on_policy_log_prob: bool = fld(
+        True,
+        doc="one mini-batch and one epoch: use the update's own detached log-probs as the old policy's "
+        "(exact, ratio 1) and skip the separate old_log_prob pass; false always recomputes",
+    )
     shuffle: bool = fld(False, doc="shuffle sequences between mini-batches")
     data_loader_seed: int = fld(42, doc="seed of the mini-batch shuffle (+ data-parallel rank)")
     tau_pos: float = fld(1.0, doc="sapo: gate temperature for positive advantages")

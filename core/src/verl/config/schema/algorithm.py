@@ -22,6 +22,21 @@ class KlCtrlConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RolloutCorrectionConfig:
+    """Rollout / training policy mismatch handling (verl ``algorithm.rollout_correction``).
+
+    Only ``bypass_mode`` is implemented: verl's importance-sampling and rejection-sampling keys
+    (``rollout_is``, ``rollout_rs``, ...) are not, and are rejected as unknown keys.
+    """
+
+    bypass_mode: bool = fld(
+        False,
+        doc="use the rollout's log-probs as the old policy's (needs rollout.calculate_log_probs) and skip "
+        "the old_log_prob pass; exact only when the rollout computes log-probs as the trainer does",
+    )
+
+
+@attrs.frozen(kw_only=True)
 class AlgorithmConfig:
     """Advantage estimation and KL-in-reward.
 
@@ -38,3 +53,6 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = fld(False, doc="subtract kl_ctrl.kl_coef * KL(policy || ref) from token rewards")
     kl_penalty: str = fld("kl", doc="KL estimator for the reward penalty: kl|k1|abs|mse|k2|low_var_kl|k3 (+ suffix)")
     kl_ctrl: KlCtrlConfig = section(KlCtrlConfig, doc="in-reward KL coefficient controller")
+    rollout_correction: RolloutCorrectionConfig = section(
+        RolloutCorrectionConfig, doc="where the old policy's log-probs come from (bypass_mode)"
+    )

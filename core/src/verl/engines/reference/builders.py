@@ -104,6 +104,7 @@ def role_settings(
             clip_grad=actor.optim.clip_grad,
             dtype=dtype,
             gradient_checkpointing=arr.model.enable_gradient_checkpointing,
+            use_remove_padding=arr.model.use_remove_padding,
         )
         return settings, actor.optim
     if role == "ref":
@@ -112,6 +113,7 @@ def role_settings(
             infer_use_dynamic_bsz=ref.log_prob_use_dynamic_bsz,
             infer_max_token_len=ref.log_prob_max_token_len_per_gpu,
             dtype=dtype,
+            use_remove_padding=arr.model.use_remove_padding,
         )
         return settings, None
     raise ValueError(f"{engine} training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")

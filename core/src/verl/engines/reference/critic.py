@@ -81,14 +81,14 @@ class ReferenceCriticEngine(ReferenceTrainingEngine):
         return load_value_model(model, dtype, trust_remote_code=self._trust_remote_code)
 
     def forward_micro_batch(
-        self, batch: Any, temperature: float = 1.0, *, calculate_entropy: bool = False
+        self, batch: Any, temperature: float = 1.0, *, calculate_entropy: bool = False, entropy_grad: bool = True
     ) -> dict[str, torch.Tensor]:
         """Values of one micro-batch's response tokens, with grad if enabled.
 
         Args:
             batch: mapping with ``input_ids``, ``attention_mask``, ``position_ids`` ``(bs, prompt_len + resp_len)``
                 and ``responses`` ``(bs, resp_len)``.
-            temperature, calculate_entropy: ignored (the engine interface of the actor).
+            temperature, calculate_entropy, entropy_grad: ignored (the engine interface of the actor).
 
         Returns:
             ``{"values": (bs, resp_len) float32}``: value of response token ``t`` = head output at input

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from verl.engines import attention
 from verl.engines.dtypes import resolve_dtype
 from verl.engines.prompts import check_prompt_batch
 from verl.engines.reference.postprocess import build_rollout_batch, compute_position_ids
@@ -95,6 +96,8 @@ class HFRolloutEngine:
             if tokenizer is None:
                 tokenizer = load_tokenizer(path)
         self.tokenizer = tokenizer
+        # A superset of sdpa (same results) whose decode step reads the KV cache without copying it.
+        attention.install(self.model)
         self.eos_token_ids = _eos_ids(tokenizer, self.model)
         if not self.eos_token_ids:
             raise ValueError("HFRolloutEngine: neither the tokenizer nor generation_config defines an eos_token_id")
@@ -205,10 +208,18 @@ class HFRolloutEngine:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """KV-cache decode of one chunk; returns ``(responses, lengths, log_probs)`` on ``self.device``.
 
-        Rows that emit EOS are removed from the running batch and the cache (``batch_select_indices``), so
-        finished rows cost nothing; ``lengths`` stays ``resp_len`` for rows that never emit EOS.
+        The prompt columns that are padding in every row are dropped before the prefill (exact: positions
+        come from the mask, and a column masked for every row changes no logit), so a batch left-padded to
+        ``max_prompt_length`` costs only its longest prompt. Keys and values go into a preallocated cache
+        (:mod:`~verl.engines.reference.kv_cache`) where the model allows it. Rows that emit EOS are removed
+        from the running batch and the cache (``batch_select_indices``), so finished rows cost nothing;
+        ``lengths`` stays ``resp_len`` for rows that never emit EOS. Sampling uses one uniform draw per
+        row and step, drawn up front from the row's own generator (or the engine's): a row's tokens
+        depend only on its seed, its prompt and the weights.
         """
         from transformers import DynamicCache
+
+        from verl.engines.reference.kv_cache import preallocated_cache
 
         bs = input_ids.shape[0]
         responses = torch.full((bs, resp_len), self.pad_token_id, dtype=torch.long, device=self.device)
@@ -219,7 +230,18 @@ class HFRolloutEngine:
         eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
         mask = attention_mask.long()
         position_ids = compute_position_ids(mask)
-        cache = DynamicCache(config=self.model.config)
+        used = mask.bool().any(dim=0)
+        first = int(used.long().argmax()) if bool(used.any()) else mask.shape[1] - 1
+        input_ids, mask, position_ids = input_ids[:, first:], mask[:, first:], position_ids[:, first:]
+        uniforms = None
+        if not params.greedy:
+            if row_generators is not None:
+                uniforms = torch.stack([torch.rand(resp_len, generator=g, device=self.device) for g in row_generators])
+            else:
+                uniforms = torch.rand(bs, resp_len, generator=self.generator, device=self.device)
+        cache = preallocated_cache(self.model.config, mask.shape[1] + resp_len) or DynamicCache(
+            config=self.model.config
+        )
         out = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -231,9 +253,9 @@ class HFRolloutEngine:
         logits = out.logits[:, -1, :]
         rows = torch.arange(bs, device=self.device)  # original row of each running row
         next_pos = position_ids[:, -1] + 1
-        gens = row_generators
         for step in range(resp_len):
-            tokens, logp = select_next_tokens(logits, params, self.generator if gens is None else gens)
+            draws = None if uniforms is None else uniforms[rows, step]
+            tokens, logp = select_next_tokens(logits, params, draws)
             responses[rows, step] = tokens
             log_probs[rows, step] = logp
             done = torch.isin(tokens, eos)
@@ -243,8 +265,6 @@ class HFRolloutEngine:
                 if keep.numel() == 0:
                     break
                 rows, tokens, mask, next_pos = rows[keep], tokens[keep], mask[keep], next_pos[keep]
-                if gens is not None:
-                    gens = [gens[i] for i in keep.tolist()]
                 cache.batch_select_indices(keep)
             if step == resp_len - 1:
                 break

@@ -111,16 +111,22 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 def select_next_tokens(
     logits: torch.Tensor,
     params: SamplingParams,
-    generator: torch.Generator | Sequence[torch.Generator] | None,
+    generator: torch.Generator | Sequence[torch.Generator] | torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row and return ``(tokens (bs,) int64, log_probs (bs,) float32)``.
 
     ``log_probs = log_softmax(logits / T)[token]`` with ``T = params.logprob_temperature``,
     computed on the unfiltered distribution (K09).
 
-    ``generator`` is one generator for the batch, or one per row (``len == bs``): per-row generators
-    make a row's sample independent of which other rows share its batch (same samples at any
+    ``generator`` is one generator for the batch, one per row (``len == bs``), or a ``(bs,)`` float tensor
+    of uniform draws in ``[0, 1)``, one per row: then each row takes the token where its draw falls in the
+    cumulative distribution (:func:`inverse_cdf_sample`; one batched operation instead of one
+    ``multinomial`` call per row, and a row's sample depends only on its own draw). Per-row generators or
+    draws make a row's sample independent of which other rows share its batch (same samples at any
     data-parallel split).
+
+    Raises:
+        ValueError: the number of per-row generators or draws differs from the number of rows.
     """
     logits = logits.float()
     if params.greedy:
@@ -131,7 +137,9 @@ def select_next_tokens(
         logp = torch.log_softmax(scaled, dim=-1)
         filtering = 0 < params.top_k < logits.shape[-1] or params.top_p < 1.0
         probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), dim=-1) if filtering else logp.exp()
-        if isinstance(generator, Sequence):
+        if isinstance(generator, torch.Tensor):
+            tokens = inverse_cdf_sample(probs, generator)
+        elif isinstance(generator, Sequence):
             if len(generator) != probs.shape[0]:
                 raise ValueError(f"select_next_tokens: {len(generator)} generators for {probs.shape[0]} rows")
             tokens = (
@@ -144,3 +152,27 @@ def select_next_tokens(
         else:
             tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
     return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Sample one token per row by inverse transform: the first token whose cumulative mass exceeds ``u``.
+
+    Args:
+        probs: ``(bs, vocab)`` non-negative weights (need not sum to 1: draws are scaled by each row's total).
+        uniforms: ``(bs,)`` draws in ``[0, 1)``.
+
+    Returns:
+        ``(bs,)`` int64 token ids. A token of zero weight is never chosen; the cumulative sum is taken in
+        float64 so that rounding over a 49k vocabulary shifts no boundary by more than about 1e-12.
+
+    Raises:
+        ValueError: ``uniforms`` does not hold one draw per row.
+    """
+    if uniforms.shape != probs.shape[:1]:
+        raise ValueError(f"select_next_tokens: {tuple(uniforms.shape)} uniform draws for {probs.shape[0]} rows")
+    if probs.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long, device=probs.device)
+    cdf = torch.cumsum(probs.double(), dim=-1)
+    target = uniforms.to(cdf).unsqueeze(-1) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    return tokens.clamp_(max=probs.shape[-1] - 1)

@@ -30,9 +30,11 @@ import attrs
 import torch
 
 from verl.algorithms.loss_agg import compute_global_batch_info
+from verl.engines import attention
 from verl.engines.dtypes import resolve_dtype
 from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budget_plan, trim_padding
 from verl.engines.optim import build_lr_scheduler, build_optimizer
+from verl.engines.packing import pack_batch, packed_forward_kwargs, packed_token_plan
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,9 @@ class EngineSettings:
         clip_grad: max global grad norm (``optim.clip_grad``).
         dtype: parameter dtype (``float32`` is the CPU dtype; bf16 matmuls are ~6x slower there).
         gradient_checkpointing: recompute activations in backward to save memory.
+        use_remove_padding: pack each micro-batch's real tokens into one row (``model.use_remove_padding``,
+            :mod:`verl.engines.packing`): padding costs nothing, and token budgets count real tokens only.
+            Needs a model with ``sdpa`` attention; others run padded (with a log line).
     """
 
     mini_batch_size: int = 8
@@ -70,6 +75,7 @@ class EngineSettings:
     clip_grad: float = 1.0
     dtype: str = "float32"
     gradient_checkpointing: bool = False
+    use_remove_padding: bool = False
 
 
 class ReferenceTrainingEngine:
@@ -107,6 +113,13 @@ class ReferenceTrainingEngine:
         self.model = self._load(model, dtype).to(self.device)
         self.model.config.use_cache = False
         self._logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        self._packed = bool(settings.use_remove_padding) and attention.install(self.model)
+        if settings.use_remove_padding and not self._packed:
+            logger.info(
+                "use_remove_padding: %s runs attention %r, not sdpa; micro-batches stay padded",
+                type(self.model).__name__,
+                getattr(self.model.config, "_attn_implementation", None),
+            )
         self.trainable = optim is not None
         if settings.gradient_checkpointing and self.trainable:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -140,7 +153,7 @@ class ReferenceTrainingEngine:
     # ------------------------------------------------------------------ forward
 
     def forward_micro_batch(
-        self, batch: Any, temperature: float, *, calculate_entropy: bool = False
+        self, batch: Any, temperature: float, *, calculate_entropy: bool = False, entropy_grad: bool = True
     ) -> dict[str, torch.Tensor]:
         """Response log-probs (and entropy) of one micro-batch, with grad if enabled.
 
@@ -149,6 +162,7 @@ class ReferenceTrainingEngine:
                 ``(bs, prompt_len + resp_len)`` and ``responses`` ``(bs, resp_len)``.
             temperature: rollout temperature; logits are divided by it (K09). Must be > 0.
             calculate_entropy: also return ``entropys``.
+            entropy_grad: with False the entropy is computed without an autograd graph (a metric only).
 
         Returns:
             ``{"log_probs": (bs, resp_len) float32, "entropys": (bs, resp_len) float32}``;
@@ -161,6 +175,15 @@ class ReferenceTrainingEngine:
             raise ValueError(f"temperature must be > 0 to compute log-probs, got {temperature!r}")
         responses = batch["responses"].to(self.device)
         bs, resp_len = responses.shape
+        if self._packed:
+            packed = pack_batch(
+                batch["input_ids"].to(self.device),
+                batch["attention_mask"].to(self.device),
+                batch["position_ids"].to(self.device),
+                responses,
+            )
+            if packed is not None:
+                return self._forward_packed(packed, temperature, calculate_entropy, entropy_grad)
         input_ids, attention_mask, position_ids, _, kept = trim_padding(
             batch["input_ids"].to(self.device),
             batch["attention_mask"].to(self.device),
@@ -188,12 +211,39 @@ class ReferenceTrainingEngine:
         valid = attention_mask[:, seq - kept :].bool()
         out = {"log_probs": torch.cat([torch.where(valid, log_probs, 0.0), pad], dim=1)}
         if calculate_entropy:
-            entropy = torch.logsumexp(logits, dim=-1) - (logp_all.exp() * logits).sum(-1)
+            entropy = _entropy(logits, logp_all, entropy_grad)
             out["entropys"] = torch.cat([torch.where(valid, entropy, 0.0), pad], dim=1)
         return out
 
+    def _forward_packed(
+        self, packed: Any, temperature: float, calculate_entropy: bool, entropy_grad: bool = True
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`forward_micro_batch` over a :class:`~verl.engines.packing.PackedBatch` (no padding)."""
+        if packed.labels.numel() == 0:
+            zeros = packed.response_mask.new_zeros(packed.response_mask.shape, dtype=torch.float32)
+            return {"log_probs": zeros, **({"entropys": zeros.clone()} if calculate_entropy else {})}
+        kwargs = packed_forward_kwargs(packed)
+        if self._logits_to_keep:
+            # Only the positions that score a response token go through the LM head (a 49k-vocabulary
+            # head costs about as much as the rest of a small model).
+            logits = self.model(**kwargs, logits_to_keep=packed.logit_index).logits[0]
+        else:
+            logits = self.model(**kwargs).logits[0, packed.logit_index]
+        logits = logits.float() / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        log_probs = torch.gather(logp_all, -1, packed.labels.unsqueeze(-1)).squeeze(-1)
+        out = {"log_probs": packed.unpack(log_probs)}
+        if calculate_entropy:
+            out["entropys"] = packed.unpack(_entropy(logits, logp_all, entropy_grad))
+        return out
+
     @staticmethod
-    def _plan(data: Any, *, use_dynamic: bool, micro: int | None, max_tokens: int) -> list[list[int]]:
+    def _plan(
+        data: Any, *, use_dynamic: bool, micro: int | None, max_tokens: int, packed: bool = False
+    ) -> list[list[int]]:
+        """Micro-batch plan: fixed row counts, or a token budget (``packed``: real tokens; else padded cost)."""
+        if use_dynamic and packed:
+            return packed_token_plan(data.batch["attention_mask"].sum(-1), max_tokens)
         if use_dynamic:
             mask = data.batch["attention_mask"]
             resp_len = data.batch["responses"].shape[1]
@@ -218,7 +268,11 @@ class ReferenceTrainingEngine:
         s = self.settings
         temperature = float(data.meta_info.get("temperature", 1.0))
         plan = self._plan(
-            data, use_dynamic=s.infer_use_dynamic_bsz, micro=s.infer_micro_batch_size, max_tokens=s.infer_max_token_len
+            data,
+            use_dynamic=s.infer_use_dynamic_bsz,
+            micro=s.infer_micro_batch_size,
+            max_tokens=s.infer_max_token_len,
+            packed=self._packed,
         )
         outs: dict[str, list[torch.Tensor]] = defaultdict(list)
         for rows in plan:
@@ -262,6 +316,12 @@ class ReferenceTrainingEngine:
         if n % mini:
             raise ValueError(f"batch of {n} rows is not divisible into mini-batches of {mini} rows")
         temperature = float(data.meta_info.get("temperature", 1.0))
+        if data.meta_info.get("old_log_prob_source") == "on_policy" and (s.ppo_epochs != 1 or mini != n):
+            raise ValueError(
+                f"on-policy log-prob reuse needs one optimizer step per batch, but this update takes "
+                f"{s.ppo_epochs} epoch(s) of {n // mini} mini-batch(es): set "
+                "actor_rollout_ref.actor.reuse_on_policy_log_prob=false or ppo_mini_batch_size=train_batch_size"
+            )
         metrics: dict[str, list[float]] = defaultdict(list)
         self.model.train(True)
         try:
@@ -282,14 +342,20 @@ class ReferenceTrainingEngine:
     def _train_mini_batch(self, mb: Any, loss_fn: Any, temperature: float, metrics: dict[str, list[float]]) -> None:
         s = self.settings
         norm = self._batch_norm(mb)
-        plan = self._plan(mb, use_dynamic=s.use_dynamic_bsz, micro=s.micro_batch_size, max_tokens=s.max_token_len)
-        # The entropy's graph costs memory; compute it only for a loss that uses it (entropy bonus).
+        plan = self._plan(
+            mb, use_dynamic=s.use_dynamic_bsz, micro=s.micro_batch_size, max_tokens=s.max_token_len, packed=self._packed
+        )
+        # The entropy's graph costs memory; build it only for a loss that uses it (entropy bonus). A loss
+        # that only reports the entropy (no separate old_log_prob pass) gets it without a graph.
         needs_entropy = bool(getattr(loss_fn, "needs_entropy", True))
+        entropy_metric = bool(getattr(loss_fn, "entropy_metric", False))
         self.optimizer.zero_grad(set_to_none=True)
         summed: dict[str, float] = defaultdict(float)
         for rows in plan:
             micro = mb[rows]
-            outputs = self.forward_micro_batch(micro.batch, temperature, calculate_entropy=needs_entropy)
+            outputs = self.forward_micro_batch(
+                micro.batch, temperature, calculate_entropy=needs_entropy or entropy_metric, entropy_grad=needs_entropy
+            )
             loss, micro_metrics = loss_fn(micro, outputs, norm)
             if loss.requires_grad:  # a micro-batch of only empty responses has no graph: nothing to add (K08)
                 loss.backward()
@@ -381,3 +447,12 @@ class ReferenceTrainingEngine:
         """Move weights back to the engine's device (no-op on CPU)."""
         if self.device.type != "cpu":
             self.model.to(self.device)
+
+
+def _entropy(logits: torch.Tensor, logp_all: torch.Tensor, grad: bool) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` over the last dim, ``logsumexp(z) - sum(p z)``; no graph unless ``grad``."""
+    if grad:
+        return torch.logsumexp(logits, dim=-1) - (logp_all.exp() * logits).sum(-1)
+    with torch.no_grad():
+        z = logits.detach()
+        return torch.logsumexp(z, dim=-1) - (logp_all.detach().exp() * z).sum(-1)

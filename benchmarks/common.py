@@ -1,0 +1,191 @@
+"""Shared pieces of the benchmark scripts: machine peaks, how busy the box was, result files.
+
+Every benchmark measures both sides of a comparison in the same run and reports, next to each figure, the
+CPU share that *other* processes took while it ran (:class:`CpuWatch`): a figure measured while something
+else used the cores is not comparable, and the column says so instead of hiding it.
+
+Machine peaks are measured on the box, never taken from a datasheet:
+
+* read bandwidth: best of repeated ``x.sum()`` over a 512 MiB float32 tensor (a decode step only reads its
+  weights), with the ``dst.copy_(src)`` bandwidth (read + write) beside it;
+* matmul peak: best of repeated ``torch.mm`` of 2048 x 2048 float32 (``2 n^3`` FLOPs), and optionally
+  bfloat16 (slow on CPUs without AVX-512 BF16 or AMX: about a minute per multiply there).
+
+Other processes can only lower a peak measurement, so callers keep the best of several (start and end).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "smollm2-135m-instruct"
+
+
+def load_avg() -> list[float]:
+    """The 1-, 5- and 15-minute load averages (``os.getloadavg``), rounded."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# ---------------------------------------------------------------------------------------------- CPU share
+def _proc_stat() -> tuple[float, float, float]:
+    """``(busy, steal, idle)`` CPU seconds of the whole machine since boot, from ``/proc/stat``."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq = fields[:7]
+    steal = fields[7] if len(fields) > 7 else 0
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / tick, steal / tick, (idle + iowait) / tick
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process plus its waited-for children."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class CpuWatch:
+    """Measures how much CPU other processes used while a block ran (a context manager).
+
+    ``others`` is the share of the machine's CPU capacity (``cores x wall seconds``) that processes other
+    than this one and its finished children used; ``steal`` the share a hypervisor gave to other guests;
+    ``own`` this process tree's share. Children must have exited (been waited for) before the block ends
+    to be counted as own time. Linux only (``/proc/stat``); elsewhere every share is NaN.
+    """
+
+    def __init__(self) -> None:
+        self.others = self.steal = self.own = math.nan
+        self.seconds = 0.0
+
+    def __enter__(self) -> CpuWatch:
+        self._t0 = time.perf_counter()
+        self._own0 = _own_cpu()
+        try:
+            self._stat0 = _proc_stat()
+        except OSError:
+            self._stat0 = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds = time.perf_counter() - self._t0
+        if self._stat0 is None:
+            return
+        busy1, steal1, _ = _proc_stat()
+        capacity = max(self.seconds, 1e-9) * (os.cpu_count() or 1)
+        own = _own_cpu() - self._own0
+        self.own = own / capacity
+        self.others = max(0.0, (busy1 - self._stat0[0]) - own) / capacity
+        self.steal = (steal1 - self._stat0[1]) / capacity
+
+    def as_dict(self) -> dict[str, float]:
+        return {"seconds": self.seconds, "others_cpu": self.others, "steal_cpu": self.steal, "own_cpu": self.own}
+
+
+def fmt_share(x: float) -> str:
+    """A CPU share as a percentage (``'1.2%'``), ``'n/a'`` for NaN."""
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+
+
+# ---------------------------------------------------------------------------------------------- roofline
+def measure_bandwidth(mib: int = 512, reps: int = 8) -> tuple[float, float]:
+    """Best read bandwidth (``x.sum()``) and copy bandwidth (``dst.copy_(src)``, read + write), bytes/s."""
+    import torch
+
+    n = mib * 2**20 // 4
+    src, dst = torch.rand(n), torch.empty(n)
+    dst.copy_(src)
+    read = copy = 0.0
+    for _ in range(reps):
+        start = time.perf_counter()
+        src.sum()
+        read = max(read, n * 4 / (time.perf_counter() - start))
+        start = time.perf_counter()
+        dst.copy_(src)
+        copy = max(copy, 2 * n * 4 / (time.perf_counter() - start))
+    return read, copy
+
+
+def measure_matmul(dtype: Any = None, n: int = 2048, reps: int = 5) -> float:
+    """Best ``torch.mm`` throughput in FLOP/s for ``n x n`` matrices of ``dtype`` (``2 n^3`` FLOPs each)."""
+    import torch
+
+    dtype = dtype or torch.float32
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    torch.mm(a, b)
+    best = 0.0
+    for _ in range(reps):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = max(best, 2 * n**3 / (time.perf_counter() - start))
+    return best
+
+
+def measure_machine(previous: dict | None = None, *, bf16: bool = False) -> dict:
+    """Bandwidth and matmul peaks (GB/s, GFLOP/s), each the best of this measurement and ``previous``."""
+    import torch
+
+    read_bw, copy_bw = measure_bandwidth()
+    now = {
+        "bandwidth_GBps": read_bw / 1e9,
+        "copy_bandwidth_GBps": copy_bw / 1e9,
+        "fp32_GFLOPs": measure_matmul(torch.float32) / 1e9,
+        "bf16_GFLOPs": measure_matmul(torch.bfloat16) / 1e9 if bf16 else math.nan,
+    }
+    if previous:
+        now = {k: v if math.isnan(v) else max(v, float(previous.get(k) or 0.0)) for k, v in now.items()}
+    return now
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, core count, torch threads and Python version of this box."""
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = ""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        flags = " ".join(sorted({f for f in text.split() if f.startswith(("avx512", "amx")) or f == "avx2"}))
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "isa": flags,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- results
+def median_spread(values: list[float]) -> tuple[float, float, float]:
+    """``(median, min, max)`` of ``values`` (NaN for an empty list)."""
+    import statistics
+
+    if not values:
+        return math.nan, math.nan, math.nan
+    return statistics.median(values), min(values), max(values)
+
+
+def write_results(result: dict, markdown: str, json_path: Path | None, md_path: Path | None) -> None:
+    """Print ``markdown`` and write the JSON and markdown files that were asked for."""
+    print(markdown)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    if md_path:
+        md_path.parent.mkdir(parents=True, exist_ok=True)
+        md_path.write_text(markdown + "\n")

@@ -1,0 +1,135 @@
+"""The hf engine's fast paths change no result.
+
+* prefill without the prompt columns that are padding in every row;
+* the preallocated KV cache (instead of transformers' concatenating ``DynamicCache``);
+* the GQA decode attention (instead of ``sdpa`` with repeated key/value heads);
+* inverse-CDF sampling from one uniform draw per row and step (instead of one ``multinomial`` per row).
+
+The first three are compared against the engine with each of them switched off (same tokens, same
+log-probs to float tolerance); the sampler against its definition.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verl.engines import attention
+from verl.engines.reference import kv_cache
+from verl.engines.reference.rollout import build_hf_rollout
+from verl.engines.reference.sampling import SamplingParams, inverse_cdf_sample, select_next_tokens
+from verl.models import load_tokenizer
+from verl.protocol import DataProto
+from verl.testing.conformance import make_rollout_config
+from verl.testing.tiny import save_tiny_model
+
+PROMPTS = ["What is 2+3?", "hi", "Count: 1 2 3", "a longer prompt with words", "x", "12 + 30 ="]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from transformers import GenerationConfig
+
+    path = save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    # Many stop tokens, so that rows finish at different steps and are dropped from the running batch.
+    gen = GenerationConfig.from_pretrained(path)
+    gen.eos_token_id = [2, 22, 32, *range(10, 104, 9)]
+    gen.save_pretrained(path)
+    return path, load_tokenizer(path)
+
+
+def _batch(tok, extra_left_pad: int = 0) -> DataProto:
+    enc = tok(PROMPTS, padding=True, return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    if extra_left_pad:  # as the dataset does: every row left-padded to max_prompt_length
+        ids = torch.cat([torch.full((len(PROMPTS), extra_left_pad), tok.pad_token_id), ids], dim=1)
+        mask = torch.cat([torch.zeros(len(PROMPTS), extra_left_pad, dtype=mask.dtype), mask], dim=1)
+    seeds = torch.arange(len(PROMPTS), dtype=torch.int64) + 7
+    return DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": mask, "sample_seed": seeds})
+
+
+def _generate(path, tok, data, **cfg):
+    engine = build_hf_rollout(make_rollout_config(response_length=12, temperature=1.2, **cfg), str(path), tok)
+    return engine, engine.generate(data)
+
+
+def _same(a: DataProto, b: DataProto) -> None:
+    assert torch.equal(a.batch["responses"], b.batch["responses"])
+    assert torch.equal(a.batch["response_mask"], b.batch["response_mask"])
+    torch.testing.assert_close(a.batch["rollout_log_probs"], b.batch["rollout_log_probs"], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("do_sample", [True, False])
+def test_fast_decode_equals_concatenating_cache_and_sdpa(setup, monkeypatch, do_sample):
+    path, tok = setup
+    engine, fast = _generate(path, tok, _batch(tok), do_sample=do_sample)
+    assert attention.is_installed(engine.model)
+    assert kv_cache.preallocated_cache(engine.model.config, 8) is not None  # the fast run used it
+    assert bool((fast.batch["response_mask"].sum(-1) < 12).any())  # some rows stop early (rows are dropped)
+    monkeypatch.setattr(kv_cache, "preallocated_cache", lambda config, capacity: None)
+    monkeypatch.setattr(attention, "install", lambda model: False)
+    engine, slow = _generate(path, tok, _batch(tok), do_sample=do_sample)
+    assert engine.model.config._attn_implementation == "sdpa"
+    _same(fast, slow)
+
+
+def test_prefill_skips_all_padding_columns_without_changing_results(setup):
+    path, tok = setup
+    _, tight = _generate(path, tok, _batch(tok))
+    _, wide = _generate(path, tok, _batch(tok, extra_left_pad=40))
+    _same(wide, tight)
+    assert wide.batch["prompts"].shape[1] == tight.batch["prompts"].shape[1] + 40  # the layout keeps the width
+
+
+def test_preallocated_cache_grows_in_place_and_drops_rows():
+    from transformers import DynamicCache
+
+    from verl.testing.tiny import make_tiny_model
+
+    model = make_tiny_model(num_layers=1)
+    fast = kv_cache.preallocated_cache(model.config, capacity=6)
+    slow = DynamicCache(config=model.config)
+    g = torch.Generator().manual_seed(0)
+    steps = [torch.randn(3, 2, 4, 8, generator=g), torch.randn(3, 2, 1, 8, generator=g)]
+    for cache in (fast, slow):
+        for k in steps:
+            keys, values = cache.update(k, -k, 0)
+        assert cache.get_seq_length() == 5
+    torch.testing.assert_close(fast.layers[0].keys, slow.layers[0].keys)
+    keep = torch.tensor([2, 0])
+    for cache in (fast, slow):
+        cache.batch_select_indices(keep)
+        keys, values = cache.update(steps[1][keep], -steps[1][keep], 0)
+    torch.testing.assert_close(keys, slow.layers[0].keys)
+    torch.testing.assert_close(values, slow.layers[0].values)
+    with pytest.raises(RuntimeError, match="capacity 6 exceeded"):
+        fast.update(steps[1][keep], steps[1][keep], 0)
+
+
+def test_inverse_cdf_sample_by_hand():
+    probs = torch.tensor([[0.2, 0.5, 0.3, 0.0]]).repeat(6, 1)
+    u = torch.tensor([0.0, 0.19, 0.21, 0.69, 0.71, 0.99])
+    # cdf = [0.2, 0.7, 1.0, 1.0]: the first token whose cumulative mass exceeds u; token 3 has no mass
+    assert inverse_cdf_sample(probs, u).tolist() == [0, 0, 1, 1, 2, 2]
+    # unnormalised weights: draws are scaled by each row's total
+    assert inverse_cdf_sample(torch.tensor([[2.0, 0.0, 2.0]]), torch.tensor([0.6])).tolist() == [2]
+    with pytest.raises(ValueError, match="uniform draws for 6 rows"):
+        inverse_cdf_sample(probs, u[:2])
+
+
+def test_inverse_cdf_sampling_follows_the_distribution():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 12) * 2
+    params = SamplingParams(do_sample=True, temperature=0.8, top_p=0.9, top_k=6)
+    n = 40_000
+    draws = torch.rand(n, generator=torch.Generator().manual_seed(1))
+    tokens, logp = select_next_tokens(logits.expand(n, -1), params, draws)
+    from verl.engines.reference.sampling import filter_logits
+
+    want = torch.softmax(filter_logits(logits / 0.8, 6, 0.9), -1)[0]
+    freq = torch.bincount(tokens, minlength=12).double() / n
+    assert bool((freq[want == 0] == 0).all())  # filtered tokens are never drawn
+    # binomial standard error is at most 0.0025 at n = 40k; allow 4 of them
+    assert torch.allclose(freq, want.double(), atol=0.01)
+    # log-probs are the unfiltered tempered ones (K09), whatever the sampler
+    torch.testing.assert_close(logp, torch.log_softmax(logits / 0.8, -1)[0, tokens])
