@@ -12,6 +12,10 @@ Machine peaks are measured on the box, never taken from a datasheet:
   bfloat16 (slow on CPUs without AVX-512 BF16 or AMX: about a minute per multiply there).
 
 Other processes can only lower a peak measurement, so callers keep the best of several (start and end).
+On a shared virtual machine the host's load changes what the hardware gives from one minute to the next
+(seen here: fp32 matmul 153 -> 65 GFLOP/s and bandwidth 25 -> 11 GB/s within a minute, nothing running in
+the guest), so utilisation figures divide by a peak measured right next to each timed pass
+(:func:`quick_peaks`), and comparisons alternate sides so that both see the same drift.
 """
 
 from __future__ import annotations
@@ -140,6 +144,22 @@ def measure_machine(previous: dict | None = None, *, bf16: bool = False) -> dict
     if previous:
         now = {k: v if math.isnan(v) else max(v, float(previous.get(k) or 0.0)) for k, v in now.items()}
     return now
+
+
+def quick_peaks() -> dict[str, float]:
+    """A fast (~0.5 s) re-measurement of the fp32 matmul peak (GFLOP/s) and read bandwidth (GB/s).
+
+    Shared (virtual) machines change speed by 2x within a minute, with nothing else running inside the
+    guest: a figure is only comparable with a peak measured next to it. Benchmarks call this right before
+    and after each timed pass and divide by the mean.
+    """
+    read, _ = measure_bandwidth(mib=256, reps=3)
+    return {"fp32_GFLOPs": measure_matmul(n=1536, reps=3) / 1e9, "bandwidth_GBps": read / 1e9}
+
+
+def mean_peaks(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Key-wise mean of two :func:`quick_peaks` results."""
+    return {k: (before[k] + after[k]) / 2 for k in before}
 
 
 def machine_info() -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Rollout throughput: core's ``hf`` engine vs the ``vllm`` plugin on the same GSM8K prompts, plus the roofline.
 
-    OMP_NUM_THREADS=2 python benchmarks/rollout.py --batch-sizes 8 32 --reps 3 --json benchmarks/rollout.json
+    OMP_NUM_THREADS=2 python benchmarks/rollout.py --batch-sizes 8 32 --reps 3 --json benchmarks/results/rollout.json \
+        --md benchmarks/results/rollout.md
 
 Both engines load SmolLM2-135M-Instruct (``verl.models.resolve_model_path``) in the same process, get the
 same left-padded prompts (the shipped GSM8K test split through ``verl.data.RLHFDataset``, chat template,
@@ -18,9 +19,11 @@ Roofline (measured on this machine, not taken from a datasheet):
   included) and does ``2 P`` FLOPs per token (the standard estimate, Kaplan et al. 2020, attention over
   <= 384 positions adds < 3% here), so ``tokens/s <= bs / max(P bytes / bandwidth, bs 2 P / peak)``.
 
-The ``fraction`` column is measured tokens/s over that bound for the engine's dtype. Machine numbers are
-measured at the start and the end of the run (and again with ``--rescore``) and the best is kept: other
-processes can only lower them.
+The ``fraction`` column is measured tokens/s over that bound for the engine's dtype, with the bandwidth
+and matmul peak measured right before and after each ``generate`` call (``common.quick_peaks``: on a shared
+virtual machine the hardware's speed drifts by 2x within a minute); the run's best machine numbers (start
+and end, and again with ``--rescore``) give a second, stricter column. Each run also reports the CPU share
+other processes took while it ran (``common.CpuWatch``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -39,70 +41,36 @@ from typing import Any
 
 import torch
 
-MODEL = "smollm2-135m-instruct"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import MODEL, load_avg, measure_machine  # noqa: E402
 
 
-def load_avg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+def score(samples: dict[tuple[str, int], list[dict]], machine: dict, params: int) -> list[dict]:
+    """Per (engine, batch): median/min/max tokens/s over reps and the fraction of the roofline.
 
-
-# ---------------------------------------------------------------------------------------------- roofline
-def measure_bandwidth(mib: int = 512, reps: int = 8) -> tuple[float, float]:
-    """Best read bandwidth (``x.sum()``) and copy bandwidth (``dst.copy_(src)``, read + write) in bytes/s."""
-    n = mib * 2**20 // 4
-    src, dst = torch.rand(n), torch.empty(n)
-    dst.copy_(src)
-    read = copy = 0.0
-    for _ in range(reps):
-        start = time.perf_counter()
-        src.sum()
-        read = max(read, n * 4 / (time.perf_counter() - start))
-        start = time.perf_counter()
-        dst.copy_(src)
-        copy = max(copy, 2 * n * 4 / (time.perf_counter() - start))
-    return read, copy
-
-
-def measure_matmul(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    """Best ``torch.mm`` throughput in FLOP/s for ``n x n`` matrices of ``dtype`` (``2 n^3`` FLOPs each)."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    torch.mm(a, b)
-    best = 0.0
-    for _ in range(reps):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = max(best, 2 * n**3 / (time.perf_counter() - start))
-    return best
-
-
-def measure_machine(previous: dict | None = None, *, bf16: bool = True) -> dict:
-    """Bandwidth and matmul peaks, each the best of this measurement and ``previous``.
-
-    Other processes on the box can only lower a measurement, so the best of several (start and end of a
-    run, or a later quiet moment with ``--rescore``) is the closest to what the hardware gives.
+    Each run's roofline uses the bandwidth and matmul peak measured right before and after it
+    (``common.quick_peaks``); the fraction is the median over runs of tokens/s over that run's bound.
     """
-    read_bw, copy_bw = measure_bandwidth()
-    now = {
-        "bandwidth_GBps": read_bw / 1e9,
-        "copy_bandwidth_GBps": copy_bw / 1e9,
-        "fp32_GFLOPs": measure_matmul(torch.float32) / 1e9,
-        # On CPUs without AVX-512 BF16 / AMX a bf16 2048^3 matmul takes about a minute: measure it only when asked.
-        "bf16_GFLOPs": measure_matmul(torch.bfloat16) / 1e9 if bf16 else float("nan"),
-    }
-    if previous:
-        now = {k: v if math.isnan(v) else max(v, float(previous.get(k, 0.0))) for k, v in now.items()}
-    return now
-
-
-def score(samples: dict[tuple[str, int], list[tuple[float, int]]], machine: dict, params: int) -> list[dict]:
-    """Per (engine, batch): median/min/max tokens/s over reps and the fraction of the roofline."""
     rows = []
     for (kind, bs), runs in samples.items():
-        rates = [tokens / seconds for seconds, tokens in runs]
+        rates = [r["tokens"] / r["seconds"] for r in runs]
         bytes_per_param = 2 if kind == "vllm-bf16" else 4
-        peak = machine["bf16_GFLOPs" if kind == "vllm-bf16" else "fp32_GFLOPs"] * 1e9
-        bound = roofline(params, bytes_per_param, machine["bandwidth_GBps"] * 1e9, peak, bs)
+        fractions, bounds = [], []
+        for r, rate in zip(runs, rates, strict=True):
+            near = r.get("peaks") or machine
+            peak = (machine["bf16_GFLOPs"] if kind == "vllm-bf16" else near["fp32_GFLOPs"]) * 1e9
+            bound = roofline(params, bytes_per_param, near["bandwidth_GBps"] * 1e9, peak, bs)
+            bounds.append(bound)
+            fractions.append(rate / bound)
         median = statistics.median(rates)
+        best = roofline(
+            params,
+            bytes_per_param,
+            machine["bandwidth_GBps"] * 1e9,
+            machine["bf16_GFLOPs" if kind == "vllm-bf16" else "fp32_GFLOPs"] * 1e9,
+            bs,
+        )
         rows.append(
             {
                 "engine": kind,
@@ -110,23 +78,28 @@ def score(samples: dict[tuple[str, int], list[tuple[float, int]]], machine: dict
                 "tokens_per_s_median": median,
                 "tokens_per_s_min": min(rates),
                 "tokens_per_s_max": max(rates),
-                "tokens_median": statistics.median(t for _, t in runs),
-                "roofline_tokens_per_s": bound,
-                "fraction_of_roofline": median / bound,
+                "tokens_median": statistics.median(r["tokens"] for r in runs),
+                "roofline_tokens_per_s": statistics.median(bounds),
+                "fraction_of_roofline": statistics.median(fractions),
+                "fraction_min": min(fractions),
+                "fraction_max": max(fractions),
+                "fraction_of_best_roofline": median / best,
+                "others_cpu_max": max(r.get("others_cpu", float("nan")) for r in runs),
                 "reps": len(runs),
-                "runs": [[seconds, tokens] for seconds, tokens in runs],
+                "runs": runs,
             }
         )
     return rows
 
 
 def rescore(path: Path) -> int:
-    """Re-measure the machine, keep the best numbers, recompute the roofline columns of a result file."""
+    """Re-measure the machine, keep the best numbers, recompute the best-roofline column of a result file."""
     result = json.loads(path.read_text())
     torch.set_num_threads(int(result["threads"]))
-    machine = measure_machine(result["machine"])
+    bf16 = any(r["engine"] == "vllm-bf16" for r in result["rows"])
+    machine = measure_machine(result["machine"], bf16=bf16)
     result["machine"].update(machine)
-    samples = {(r["engine"], r["batch"]): [tuple(x) for x in r["runs"]] for r in result["rows"]}
+    samples = {(r["engine"], r["batch"]): r["runs"] for r in result["rows"]}
     result["rows"] = score(samples, result["machine"], int(result["params"]))
     result["load_avg_rescore"] = load_avg()
     path.write_text(json.dumps(result, indent=2))
@@ -195,14 +168,24 @@ def build_engine(kind: str, path: Any, tokenizer: Any, args: argparse.Namespace)
     return engine, time.perf_counter() - start
 
 
-def run_once(engine: Any, batch: Any) -> tuple[float, int]:
+def run_once(engine: Any, batch: Any) -> dict:
+    """One timed ``generate``: seconds, response tokens, the CPU share of other processes, adjacent peaks."""
     from verl.protocol import DataProto
 
     data = DataProto.from_dict(tensors={k: batch.batch[k] for k in batch.batch.keys()})
-    start = time.perf_counter()
-    out = engine.generate(data)
-    seconds = time.perf_counter() - start
-    return seconds, int(out.batch["response_mask"].sum())
+    before = common.quick_peaks()
+    with common.CpuWatch() as watch:
+        start = time.perf_counter()
+        out = engine.generate(data)
+        seconds = time.perf_counter() - start
+    peaks = common.mean_peaks(before, common.quick_peaks())
+    return {
+        "seconds": seconds,
+        "tokens": int(out.batch["response_mask"].sum()),
+        "others_cpu": watch.others,
+        "steal_cpu": watch.steal,
+        "peaks": peaks,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -215,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-prompt-length", type=int, default=256)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", type=Path, default=None, help="write every measurement here")
+    parser.add_argument("--md", type=Path, default=None, help="write the markdown table here")
     parser.add_argument("--rescore", type=Path, default=None, help="re-measure the machine for a result file")
     args = parser.parse_args(argv)
     if args.rescore:
@@ -242,13 +226,18 @@ def main(argv: list[str] | None = None) -> int:
     for engine in engines.values():
         run_once(engine, batches[min(args.batch_sizes)])
 
-    samples: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    samples: dict[tuple[str, int], list[dict]] = {}
     for rep in range(args.reps):
         for bs in args.batch_sizes:
             for kind, engine in engines.items():
-                seconds, tokens = run_once(engine, batches[bs])
-                samples.setdefault((kind, bs), []).append((seconds, tokens))
-                print(f"rep {rep + 1} bs {bs:3d} {kind:9s} {tokens:6d} tokens {seconds:7.2f} s", file=sys.stderr)
+                run = run_once(engine, batches[bs])
+                samples.setdefault((kind, bs), []).append(run)
+                print(
+                    f"rep {rep + 1} bs {bs:3d} {kind:9s} {run['tokens']:6d} tokens {run['seconds']:7.2f} s, "
+                    f"peak {run['peaks']['fp32_GFLOPs']:.0f} GFLOP/s {run['peaks']['bandwidth_GBps']:.1f} GB/s, "
+                    f"other processes {common.fmt_share(run['others_cpu'])}",
+                    file=sys.stderr,
+                )
 
     machine = measure_machine(machine, bf16=bf16)  # again at the end: the best of both
     rows = score(samples, machine, params)
@@ -257,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         "params": params,
         "layers": hf_cfg.num_hidden_layers,
         "threads": args.threads,
-        "machine": {**machine, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "machine": {**machine, **common.machine_info()},
         "startup_s": startup,
         "load_avg_start": load_start,
         "load_avg_end": load_avg(),
@@ -268,29 +257,29 @@ def main(argv: list[str] | None = None) -> int:
         },
         "rows": rows,
     }
-    print(markdown(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    common.write_results(result, markdown(result), args.json, args.md)
     return 0
 
 
 def markdown(result: dict) -> str:
     m = result["machine"]
+    bf16 = "" if math.isnan(m.get("bf16_GFLOPs") or math.nan) else f" / {m['bf16_GFLOPs']:.0f} GFLOP/s bf16"
     lines = [
-        f"machine: {m['cores']} cores, read bandwidth {m['bandwidth_GBps']:.1f} GB/s (copy "
-        f"{m.get('copy_bandwidth_GBps', float('nan')):.1f}), matmul peak "
-        f"{m['fp32_GFLOPs']:.0f} GFLOP/s fp32 / {m['bf16_GFLOPs']:.0f} GFLOP/s bf16; {result['threads']} threads; "
-        f"load average {result['load_avg_start']} -> {result['load_avg_end']}",
+        f"machine: {m.get('cpu', '?')} ({m.get('isa', '')}), {m['cores']} cores, {result['threads']} threads; best "
+        f"of the run: read bandwidth {m['bandwidth_GBps']:.1f} GB/s, matmul peak {m['fp32_GFLOPs']:.0f} GFLOP/s "
+        f"fp32{bf16}; load average {result['load_avg_start']} -> {result['load_avg_end']}",
         "startup: " + ", ".join(f"{k} {v:.1f} s" for k, v in result["startup_s"].items()),
         "",
-        "| engine | batch | tokens/s median | min - max | tokens | roofline tokens/s | fraction |",
-        "|---|---|---|---|---|---|---|",
+        "| batch | engine | tokens/s (median) | min - max | response tokens | roofline tokens/s (beside each run) "
+        "| fraction of roofline | min - max | fraction of the run's best roofline | other processes' CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(result["rows"], key=lambda r: (r["batch"], r["engine"])):
         lines.append(
-            f"| {r['engine']} | {r['batch']} | {r['tokens_per_s_median']:.1f} | {r['tokens_per_s_min']:.1f} - "
-            f"{r['tokens_per_s_max']:.1f} | {r['tokens_median']:.0f} | {r['roofline_tokens_per_s']:.0f} | "
-            f"{r['fraction_of_roofline']:.0%} |"
+            f"| {r['batch']} | {r['engine']} | {r['tokens_per_s_median']:.0f} | {r['tokens_per_s_min']:.0f} - "
+            f"{r['tokens_per_s_max']:.0f} | {r['tokens_median']:.0f} | {r['roofline_tokens_per_s']:.0f} | "
+            f"{r['fraction_of_roofline']:.0%} | {r['fraction_min']:.0%} - {r['fraction_max']:.0%} | "
+            f"{r['fraction_of_best_roofline']:.0%} | {common.fmt_share(r['others_cpu_max'])} |"
         )
     return "\n".join(lines)
 

@@ -96,3 +96,23 @@ def test_empty_cache_and_synchronize_are_noops():
 
 def test_explicit_cpu_resolves_to_the_cpu_platform():
     assert isinstance(resolve_platform("cpu"), CpuPlatform)
+
+
+def test_configure_threads_shares_the_cores_among_the_node_workers(monkeypatch):
+    import os
+
+    import torch
+
+    from verl.platform.cpu import CpuPlatform
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5}, raising=False)
+        assert CpuPlatform().configure_threads(1) == 6 and torch.get_num_threads() == 6
+        assert CpuPlatform().configure_threads(4) == 1  # 6 cores // 4 workers, at least one each
+        assert CpuPlatform().configure_threads(2) == 3 and torch.get_num_threads() == 3
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # an explicit setting wins (Ray sets it per actor)
+        assert CpuPlatform().configure_threads(1) == 2 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -155,20 +155,15 @@ def _packed(
     if bounds[0] != 0 or bounds[-1] != query.shape[2]:
         raise ValueError(f"cu_seq_lens_q {bounds[:3]}...{bounds[-1:]} does not cover the {query.shape[2]} tokens")
     gqa = query.shape[1] != key.shape[1]
-    outs = []
-    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
-        if end > start:
-            outs.append(
-                F.scaled_dot_product_attention(
-                    query[:, :, start:end],
-                    key[:, :, start:end],
-                    value[:, :, start:end],
-                    dropout_p=dropout,
-                    is_causal=True,
-                    scale=scaling,
-                    enable_gqa=gqa,
-                )
-            )
+    lens = [end - start for start, end in zip(bounds[:-1], bounds[1:], strict=True) if end > start]
+    # torch.split, not one slice per sequence: the backward of a split is one concatenation, while every
+    # slice's backward would materialise a zero-filled gradient of the whole packed row.
+    outs = [
+        F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa)
+        for q, k, v in zip(
+            torch.split(query, lens, dim=2), torch.split(key, lens, dim=2), torch.split(value, lens, dim=2), strict=True
+        )
+    ]
     return torch.cat(outs, dim=2).transpose(1, 2).contiguous()
 
 

@@ -160,6 +160,13 @@ class Platform(abc.ABC):
         if module is not None:
             module.manual_seed_all(seed)
 
+    def configure_threads(self, local_world_size: int = 1) -> int:
+        """Set torch's intra-op thread count for a worker that shares its node with ``local_world_size - 1``
+        others; returns the count. Accelerators leave torch's default (host threads only feed the device)."""
+        import torch
+
+        return torch.get_num_threads()
+
     def memory_stats(self) -> dict[str, int]:
         """Memory of this process on the current device, in bytes.
 

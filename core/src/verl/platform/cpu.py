@@ -86,6 +86,30 @@ class CpuPlatform(Platform):
 
         return torch.device("cpu")
 
+    def configure_threads(self, local_world_size: int = 1) -> int:
+        """Give each of the node's ``local_world_size`` workers an equal share of this process's cores.
+
+        ``OMP_NUM_THREADS``, when set, wins (Ray sets it to an actor's ``num_cpus``). Otherwise the cores this
+        process may run on (``sched_getaffinity``) are divided among the workers of the node, at least one
+        each: on CPU the rollout and training engines of a worker run one after the other in its process,
+        so this share is what both use, and co-located workers never oversubscribe the cores (an
+        oversubscribed OpenMP pool spins and can run several times slower). Returns the thread count.
+        """
+        import torch
+
+        env = os.environ.get("OMP_NUM_THREADS", "").strip()
+        if env.isdigit() and int(env) > 0:
+            threads = int(env)
+        else:
+            try:
+                cores = len(os.sched_getaffinity(0))
+            except (AttributeError, OSError):
+                cores = os.cpu_count() or 1
+            threads = max(1, cores // max(1, int(local_world_size)))
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        return threads
+
     def memory_stats(self) -> dict[str, int]:
         """Process memory in bytes: ``allocated_bytes`` = ``reserved_bytes`` = resident set size
         (``/proc/self/statm``; the peak where ``/proc`` is missing), ``max_allocated_bytes`` =

@@ -67,6 +67,7 @@ class ActorRolloutRefWorker(Worker):
             # Ray gives each actor one visible device (index 0); torchrun shows all and uses LOCAL_RANK.
             platform.set_device(self.local_rank % platform.device_count())
         self._init_process_group(platform)
+        self.threads = platform.configure_threads(self.local_world_size)
         platform.manual_seed(cfg.trainer.seed + self.rank)
         device = platform.torch_device()
         model_path = resolve_model_path(arr.model.path)
@@ -114,6 +115,7 @@ class ActorRolloutRefWorker(Worker):
             "device": str(device),
             "roles": self.role,
             "ref": self.ref is not None,
+            "threads": self.threads,
         }
 
     def _init_process_group(self, platform: Any) -> None:

@@ -65,6 +65,7 @@ class CriticWorker(Worker):
         if platform.device_count() > 0 and platform.name != "cpu":
             platform.set_device(self.local_rank % platform.device_count())
         self._init_process_group(platform)
+        platform.configure_threads(self.local_world_size)
         platform.manual_seed(cfg.trainer.seed + self.rank)
         device = platform.torch_device()
         strategy = cfg.critic.strategy or cfg.actor_rollout_ref.actor.strategy
