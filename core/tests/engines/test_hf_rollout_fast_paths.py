@@ -3,19 +3,23 @@
 * prefill without the prompt columns that are padding in every row;
 * the preallocated KV cache (instead of transformers' concatenating ``DynamicCache``);
 * the GQA decode attention (instead of ``sdpa`` with repeated key/value heads);
+* the ``(W @ x^T)^T`` form of the decode step's few-row linears;
 * inverse-CDF sampling from one uniform draw per row and step (instead of one ``multinomial`` per row).
 
-The first three are compared against the engine with each of them switched off (same tokens, same
+The first four are compared against the engine with each of them switched off (same tokens, same
 log-probs to float tolerance); the sampler against its definition.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
 
 from verl.engines import attention
 from verl.engines.reference import kv_cache
+from verl.engines.reference import rollout as rollout_module
 from verl.engines.reference.rollout import build_hf_rollout
 from verl.engines.reference.sampling import SamplingParams, inverse_cdf_sample, select_next_tokens
 from verl.models import load_tokenizer
@@ -68,6 +72,7 @@ def test_fast_decode_equals_concatenating_cache_and_sdpa(setup, monkeypatch, do_
     assert bool((fast.batch["response_mask"].sum(-1) < 12).any())  # some rows stop early (rows are dropped)
     monkeypatch.setattr(kv_cache, "preallocated_cache", lambda config, capacity: None)
     monkeypatch.setattr(attention, "install", lambda model: False)
+    monkeypatch.setattr(rollout_module, "skinny_linears", lambda model: contextlib.nullcontext())
     engine, slow = _generate(path, tok, _batch(tok), do_sample=do_sample)
     assert engine.model.config._attn_implementation == "sdpa"
     _same(fast, slow)
@@ -104,6 +109,24 @@ def test_preallocated_cache_grows_in_place_and_drops_rows():
     torch.testing.assert_close(values, slow.layers[0].values)
     with pytest.raises(RuntimeError, match="capacity 6 exceeded"):
         fast.update(steps[1][keep], steps[1][keep], 0)
+
+
+def test_skinny_linears_compute_the_same_product_and_restore_the_modules():
+    from verl.testing.tiny import make_tiny_model
+
+    model = make_tiny_model(num_layers=1)
+    lin = model.model.layers[0].mlp.up_proj
+    biased = torch.nn.Linear(32, 5)
+    model.add_module("extra", biased)
+    few, many = torch.randn(3, 1, 32), torch.randn(kv_cache.SKINNY_ROWS + 1, 32)
+    want = [lin(few), lin(many), biased(few)]
+    with kv_cache.skinny_linears(model):
+        assert "forward" in lin.__dict__
+        got = [lin(few), lin(many), biased(few)]
+    assert "forward" not in lin.__dict__ and "forward" not in biased.__dict__
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.is_contiguous()
+        torch.testing.assert_close(g, w)
 
 
 def test_inverse_cdf_sample_by_hand():

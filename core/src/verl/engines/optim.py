@@ -47,6 +47,7 @@ def build_optimizer(params: Any, optim: Any) -> torch.optim.Optimizer:
         **({"fused": True} if fused else {}),
     )
 
+
 def warmup_steps_for(optim: Any, total_training_steps: int) -> int:
     """Number of warmup steps: ``lr_warmup_steps`` if > 0, else ``int(ratio * total)``."""
     steps = int(getattr(optim, "lr_warmup_steps", -1) or -1)

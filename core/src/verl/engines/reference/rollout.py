@@ -23,6 +23,7 @@ import torch
 from verl.engines import attention
 from verl.engines.dtypes import resolve_dtype
 from verl.engines.prompts import check_prompt_batch
+from verl.engines.reference.kv_cache import skinny_linears
 from verl.engines.reference.postprocess import build_rollout_batch, compute_position_ids
 from verl.engines.reference.sampling import SamplingParams, resolve_sampling_params, select_next_tokens
 
@@ -162,16 +163,17 @@ class HFRolloutEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            parts = [
-                self._decode(
-                    input_ids[i : i + chunk].to(self.device),
-                    attention_mask[i : i + chunk].to(self.device),
-                    params,
-                    resp_len,
-                    None if row_seeds is None else self._row_generators(row_seeds[i : i + chunk]),
-                )
-                for i in range(0, max(input_ids.shape[0], 1), chunk)  # one (empty) chunk for an empty batch
-            ]
+            with skinny_linears(self.model):
+                parts = [
+                    self._decode(
+                        input_ids[i : i + chunk].to(self.device),
+                        attention_mask[i : i + chunk].to(self.device),
+                        params,
+                        resp_len,
+                        None if row_seeds is None else self._row_generators(row_seeds[i : i + chunk]),
+                    )
+                    for i in range(0, max(input_ids.shape[0], 1), chunk)  # one (empty) chunk for an empty batch
+                ]
         finally:
             self.model.train(was_training)
         responses = torch.cat([p[0] for p in parts]).to(out_device)
