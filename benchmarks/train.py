@@ -8,7 +8,8 @@ through ``verl.data.RLHFDataset`` (chat template, left-padded to ``max_prompt_le
 responses, their GSM8K reference solutions (tokenized, EOS appended, cut at 128 tokens, right-padded), so
 prompt and response lengths vary as in a real rollout. Each variant runs in its own process (so that its
 peak RSS is its own) on core's ``reference`` training engine with the example config's token budgets
-(``ppo_max_token_len_per_gpu`` 3072, ``log_prob_max_token_len_per_gpu`` 6144, dynamic micro-batches):
+(``ppo_max_token_len_per_gpu`` 512, ``log_prob_max_token_len_per_gpu`` 1024, dynamic micro-batches;
+``--train-tokens`` / ``--infer-tokens`` change them):
 
 * ``packed``: ``model.use_remove_padding=true`` (the default): every micro-batch is one row of real tokens;
 * ``padded``: ``use_remove_padding=false``: rows padded to the micro-batch's longest prompt + response.
@@ -262,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--max-prompt-length", type=int, default=256)
     parser.add_argument("--response-length", type=int, default=128)
-    parser.add_argument("--train-tokens", type=int, default=3072, help="ppo_max_token_len_per_gpu")
-    parser.add_argument("--infer-tokens", type=int, default=6144, help="log_prob_max_token_len_per_gpu")
+    parser.add_argument("--train-tokens", type=int, default=512, help="ppo_max_token_len_per_gpu")
+    parser.add_argument("--infer-tokens", type=int, default=1024, help="log_prob_max_token_len_per_gpu")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--md", type=Path, default=None)

@@ -168,14 +168,22 @@ class VLLMRolloutEngine:
         from transformers import AutoConfig
 
         model_limit = getattr(AutoConfig.from_pretrained(str(self.model_path)), "max_position_embeddings", None)
-        limit = self.options.max_model_len or model_limit
+        prompt_len = getattr(self.config, "prompt_length", None)
+        resp_len = int(_cfg(self.config, "response_length", 512))
+        # verl's default: the longest sequence a rollout can make, not the model's whole context (SmolLM2:
+        # 8192), so vLLM sizes its scheduler and KV blocks for what is used.
+        needed = int(prompt_len) + resp_len if prompt_len is not None else None
+        if self.options.max_model_len:
+            limit = self.options.max_model_len
+        elif needed is not None and model_limit is not None:
+            limit = min(needed, int(model_limit))  # longer than the model allows: the check below says so
+        else:
+            limit = model_limit
         if limit is None:
             raise ValueError(
                 "rollout engine 'vllm': the model config has no max_position_embeddings; set "
                 "actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len"
             )
-        prompt_len = getattr(self.config, "prompt_length", None)
-        resp_len = int(_cfg(self.config, "response_length", 512))
         if prompt_len is not None and int(prompt_len) + resp_len > int(limit):
             source = "engine_kwargs.vllm.max_model_len" if self.options.max_model_len else "max_position_embeddings"
             raise ModelTooLongError(

@@ -63,7 +63,8 @@ class VLLMRolloutOptions:
         gpu_memory_utilization: share of GPU memory vLLM may take (weights + KV cache), in (0, 1]; the
             default 0.5 leaves room for the colocated trainer. Ignored on cpu.
         max_num_seqs: sequences decoded together (vLLM's scheduler batch), >= 1.
-        max_model_len: context limit of the engine (prompt + response tokens); null = the model's
+        max_model_len: context limit of the engine (prompt + response tokens); null =
+            ``rollout.prompt_length + rollout.response_length`` (verl's default), at most the model's
             ``max_position_embeddings``. Must be >= ``rollout.prompt_length + rollout.response_length``.
         max_num_batched_tokens: tokens per scheduler step; null = vLLM's default.
         enable_prefix_caching: reuse KV blocks of shared prompt prefixes (the ``n`` samples of a prompt).
