@@ -16,10 +16,10 @@ What it builds (the equal-settings list is the orchestrator's docstring; this fi
 * the reward: our scorer itself, ``verl.rewards.default.default_compute_score`` (GSM8K, ``method="strict"``,
   ``format_score=0.1``), imported from the repository's ``core/src`` (those modules need only the standard
   library);
-* the optimizer: ``torch.optim.AdamW(model.parameters(), lr, betas, weight_decay)`` exactly as our
+* the optimizer: ``torch.optim.AdamW(model.parameters(), lr, betas, weight_decay, fused=True)`` exactly as our
   ``verl.engines.optim.build_optimizer`` builds it (one param group, decay on every parameter, torch's default
-  eps 1e-8 and implementation), instead of the HF Trainer's default (``adamw_torch_fused``, no decay on
-  bias/norm weights), so the optimizer step costs the same on both sides.
+  eps 1e-8, the fused kernel), instead of the HF Trainer's default (``adamw_torch_fused`` too, but no decay on
+  bias/norm weights), so the optimizer step is the same work on both sides.
 
 Timing: a ``TrainerCallback`` takes ``on_step_begin`` -> ``on_step_end`` of each optimizer step (the HF Trainer
 calls ``on_step_begin`` after fetching the step's batches, ``on_step_end`` after the optimizer and scheduler
@@ -121,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
             if self.optimizer is None:
                 params = (self.model if model is None else model).parameters()
-                # As verl.engines.optim.build_optimizer: one group, decay on all parameters, default eps/impl.
+                # As verl.engines.optim.build_optimizer: one group, decay on all parameters, default eps, the
+                # fused kernel (also the HF Trainer's default implementation, adamw_torch_fused).
                 self.optimizer = torch.optim.AdamW(
-                    params, lr=args.lr, betas=tuple(args.betas), weight_decay=args.weight_decay
+                    params, lr=args.lr, betas=tuple(args.betas), weight_decay=args.weight_decay, fused=True
                 )
             return self.optimizer
 

@@ -18,7 +18,7 @@ Settings, equal on both sides (each is set explicitly, not left to a default):
   TRL ``loss_type="dapo"``), advantages normalised by the group std (ours ``grpo`` +
   ``norm_adv_by_std_in_grpo``, TRL ``scale_rewards="group"``), no KL (ours ``use_kl_loss=false``,
   ``use_kl_in_reward=false``; TRL ``beta=0``), no entropy bonus;
-* optimizer: ``torch.optim.AdamW(params, lr=2e-5, betas=(0.9, 0.999), weight_decay=0.01)`` (eps 1e-8), constant
+* optimizer: ``torch.optim.AdamW(params, lr=2e-5, betas=(0.9, 0.999), weight_decay=0.01, fused=True)`` (eps 1e-8), constant
   LR, no warmup, grad-norm clip 1.0; the TRL side builds that very optimizer (one param group) instead of the HF
   Trainer's default fused AdamW without decay on bias/norm weights;
 * reward: our GSM8K scorer, ``method="strict"``, ``format_score=0.1`` (ours ``reward_model.reward_kwargs``;
@@ -590,7 +590,7 @@ NOT_EQUAL = [
     "so the maths is the same.",
     "optimizer: TRL's default would be `adamw_torch_fused` with no weight decay on biases/norm weights (and "
     "weight_decay 0.0); the TRL side instead builds our exact `torch.optim.AdamW` (one group, decay 0.01 on all "
-    "parameters, default implementation) so that the optimizer step is the same work.",
+    "parameters, fused kernel as ours) so that the optimizer step is the same work.",
     "timing span: ours `timing_s/step` runs from generation to weight sync (the batch is collated before it, metrics "
     "after it); TRL's runs from `on_step_begin` (after the step's 4 micro-batches of the dataloader were fetched) to "
     "`on_step_end` (after the optimizer and scheduler step, before logging). Data fetching and logging are outside "
