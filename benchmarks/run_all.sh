@@ -18,6 +18,9 @@ else
 fi
 "$PY" benchmarks/protocol.py --reps 3 --threads "$OMP_NUM_THREADS" --json "$OUT/protocol.json" --md "$OUT/protocol.md"
 "$PY" benchmarks/train.py --reps "$REPS" --inner 2 --json "$OUT/train.json" --md "$OUT/train.md"
+# verl's default-sized budgets (3072 / 6144 real tokens): padded micro-batches then carry many pad tokens.
+"$PY" benchmarks/train.py --reps "$REPS" --inner 2 --train-tokens 3072 --infer-tokens 6144 \
+  --json "$OUT/train_3072.json" --md "$OUT/train_3072.md"
 # shellcheck disable=SC2086
 "$PY" benchmarks/rollout.py --engines hf vllm --batch-sizes $SIZES --reps "$REPS" --json "$OUT/rollout.json" --md "$OUT/rollout.md"
 "$PY" benchmarks/grpo_step.py --steps "$STEPS" --reps "$REPS" ${TRL_VENV:+--trl-venv "$TRL_VENV"} \
