@@ -13,6 +13,7 @@ from verl.engines import attention
 from verl.engines.packing import pack_batch, packed_token_plan
 from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine
 from verl.protocol import DataProto
+from verl.testing.batches import ragged_rl_batch
 from verl.testing.tiny import make_tiny_model
 
 PROMPT_LEN, RESP_LEN = 6, 5
@@ -22,29 +23,9 @@ RESP_LENS = [5, 2, 1, 3, 0, 4, 5, 3]
 
 def _batch(bs: int = 8, seed: int = 0) -> DataProto:
     g = torch.Generator().manual_seed(seed)
-    prompts = torch.full((bs, PROMPT_LEN), 3)
-    responses = torch.full((bs, RESP_LEN), 3)
-    pmask = torch.zeros(bs, PROMPT_LEN, dtype=torch.long)
-    rmask = torch.zeros(bs, RESP_LEN, dtype=torch.long)
-    for i in range(bs):
-        p, r = PROMPT_LENS[i], RESP_LENS[i]
-        prompts[i, PROMPT_LEN - p :] = torch.randint(4, 100, (p,), generator=g)
-        pmask[i, PROMPT_LEN - p :] = 1
-        responses[i, :r] = torch.randint(4, 100, (r,), generator=g)
-        rmask[i, :r] = 1
-    mask = torch.cat([pmask, rmask], dim=1)
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-            "response_mask": rmask,
-            "advantages": torch.randn(bs, RESP_LEN, generator=g) * rmask,
-        },
-        meta_info={"temperature": 0.7},
-    )
+    data = ragged_rl_batch(PROMPT_LENS[:bs], RESP_LENS[:bs], PROMPT_LEN, RESP_LEN, g, meta_info={"temperature": 0.7})
+    data.batch["advantages"] = torch.randn(bs, RESP_LEN, generator=g) * data.batch["response_mask"]
+    return data
 
 
 # ---------------------------------------------------------------- layout

@@ -11,6 +11,7 @@ import torch
 from verl.engines.reference.critic import ReferenceCriticEngine, load_value_model
 from verl.engines.reference.training import EngineSettings
 from verl.protocol import DataProto
+from verl.testing.batches import ragged_rl_batch
 from verl.testing.tiny import save_tiny_model
 from verl.workers.losses import make_value_loss
 
@@ -41,27 +42,9 @@ def _value_model(seed: int = 0) -> torch.nn.Module:
 
 def _batch(seed: int = 0) -> DataProto:
     g = torch.Generator().manual_seed(seed)
-    bs = len(PROMPT_LENS)
-    prompts = torch.full((bs, PROMPT_LEN), 3)
-    responses = torch.full((bs, RESP_LEN), 3)
-    pmask = torch.zeros(bs, PROMPT_LEN, dtype=torch.long)
-    rmask = torch.zeros(bs, RESP_LEN, dtype=torch.long)
-    for i, (p, r) in enumerate(zip(PROMPT_LENS, RESP_LENS, strict=True)):
-        prompts[i, PROMPT_LEN - p :] = torch.randint(4, 100, (p,), generator=g)
-        pmask[i, PROMPT_LEN - p :] = 1
-        responses[i, :r] = torch.randint(4, 100, (r,), generator=g)
-        rmask[i, :r] = 1
-    mask = torch.cat([pmask, rmask], dim=1)
-    return DataProto.from_dict(
-        tensors={
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-            "response_mask": rmask,
-            "returns": torch.randn(bs, RESP_LEN, generator=g) * rmask,
-        }
-    )
+    data = ragged_rl_batch(PROMPT_LENS, RESP_LENS, PROMPT_LEN, RESP_LEN, g)
+    data.batch["returns"] = torch.randn(len(PROMPT_LENS), RESP_LEN, generator=g) * data.batch["response_mask"]
+    return data
 
 
 def _manual_values(model: torch.nn.Module, data: DataProto) -> torch.Tensor:

@@ -13,6 +13,7 @@ from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budge
 from verl.engines.optim import lr_multiplier
 from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine
 from verl.protocol import DataProto
+from verl.testing.batches import ragged_rl_batch
 from verl.testing.tiny import make_tiny_model
 
 PROMPT_LEN, RESP_LEN = 5, 4
@@ -23,28 +24,9 @@ def _batch(seed: int = 0, bs: int = 4) -> DataProto:
     g = torch.Generator().manual_seed(seed)
     prompt_lens = [5, 3, 2, 4, 5, 1, 3, 2][:bs]
     resp_lens = [4, 2, 1, 3, 0, 4, 2, 3][:bs]
-    prompts = torch.full((bs, PROMPT_LEN), 3)
-    responses = torch.full((bs, RESP_LEN), 3)
-    pmask = torch.zeros(bs, PROMPT_LEN, dtype=torch.long)
-    rmask = torch.zeros(bs, RESP_LEN, dtype=torch.long)
-    for i in range(bs):
-        prompts[i, PROMPT_LEN - prompt_lens[i] :] = torch.randint(4, 100, (prompt_lens[i],), generator=g)
-        pmask[i, PROMPT_LEN - prompt_lens[i] :] = 1
-        responses[i, : resp_lens[i]] = torch.randint(4, 100, (resp_lens[i],), generator=g)
-        rmask[i, : resp_lens[i]] = 1
-    attention_mask = torch.cat([pmask, rmask], dim=1)
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask,
-            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
-            "response_mask": rmask,
-            "advantages": torch.randn(bs, RESP_LEN, generator=g) * rmask,
-        },
-        meta_info={"temperature": 0.7},
-    )
+    data = ragged_rl_batch(prompt_lens, resp_lens, PROMPT_LEN, RESP_LEN, g, meta_info={"temperature": 0.7})
+    data.batch["advantages"] = torch.randn(bs, RESP_LEN, generator=g) * data.batch["response_mask"]
+    return data
 
 
 def _reference_log_probs(model: torch.nn.Module, data: DataProto, temperature: float) -> torch.Tensor:

@@ -18,6 +18,7 @@ import torch
 from verl.algorithms import agg_loss
 from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine
 from verl.protocol import DataProto
+from verl.testing.batches import ragged_rl_batch
 from verl.testing.tiny import make_tiny_model
 
 PROMPT_LEN, RESP_LEN, ROWS = 6, 8, 8
@@ -33,29 +34,11 @@ MODEL_SEED = 1
 def make_batch(seed: int = 0) -> DataProto:
     """The global batch: left-padded prompts, right-padded responses, advantages and old log-probs."""
     g = torch.Generator().manual_seed(seed)
-    prompts = torch.full((ROWS, PROMPT_LEN), 3)
-    responses = torch.full((ROWS, RESP_LEN), 3)
-    pmask = torch.zeros(ROWS, PROMPT_LEN, dtype=torch.long)
-    rmask = torch.zeros(ROWS, RESP_LEN, dtype=torch.long)
-    for i in range(ROWS):
-        prompts[i, PROMPT_LEN - PROMPT_LENS[i] :] = torch.randint(4, 100, (PROMPT_LENS[i],), generator=g)
-        pmask[i, PROMPT_LEN - PROMPT_LENS[i] :] = 1
-        responses[i, : RESP_LENS[i]] = torch.randint(4, 100, (RESP_LENS[i],), generator=g)
-        rmask[i, : RESP_LENS[i]] = 1
-    attention_mask = torch.cat([pmask, rmask], dim=1)
-    return DataProto.from_dict(
-        tensors={
-            "prompts": prompts,
-            "responses": responses,
-            "input_ids": torch.cat([prompts, responses], dim=1),
-            "attention_mask": attention_mask,
-            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
-            "response_mask": rmask,
-            "advantages": torch.randn(ROWS, RESP_LEN, generator=g) * rmask,
-            "old_log_probs": (-3.0 - torch.rand(ROWS, RESP_LEN, generator=g)) * rmask,
-        },
-        meta_info={"temperature": TEMPERATURE},
-    )
+    data = ragged_rl_batch(PROMPT_LENS, RESP_LENS, PROMPT_LEN, RESP_LEN, g, meta_info={"temperature": TEMPERATURE})
+    rmask = data.batch["response_mask"]
+    data.batch["advantages"] = torch.randn(ROWS, RESP_LEN, generator=g) * rmask
+    data.batch["old_log_probs"] = (-3.0 - torch.rand(ROWS, RESP_LEN, generator=g)) * rmask
+    return data
 
 
 def token_mean_loss(micro, outputs, norm):

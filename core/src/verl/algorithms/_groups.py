@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 
-
 def check_2d(name: str, t: torch.Tensor, like: torch.Tensor | None = None) -> None:
     if t.dim() != 2:
         raise ValueError(f"{name} must be (batch, response_len), got shape {tuple(t.shape)}")
