@@ -1,4 +1,4 @@
-"""Test helpers for verl and for plugin authors: tiny models and conformance suites.
+"""Test helpers for verl and for plugin authors: tiny models, ragged RL batches and conformance suites.
 
 Nothing here downloads anything: tiny models and tokenizers are built from a config.
 """
