@@ -23,5 +23,7 @@ fi
   --json "$OUT/train_3072.json" --md "$OUT/train_3072.md"
 # shellcheck disable=SC2086
 "$PY" benchmarks/rollout.py --engines hf vllm --batch-sizes $SIZES --reps "$REPS" --json "$OUT/rollout.json" --md "$OUT/rollout.md"
+# shellcheck disable=SC2086
+"$PY" benchmarks/decode_split.py --batch-sizes $SIZES | tee "$OUT/decode_split.md"
 "$PY" benchmarks/grpo_step.py --steps "$STEPS" --reps "$REPS" ${TRL_VENV:+--trl-venv "$TRL_VENV"} \
   --json "$OUT/grpo_step.json" --md "$OUT/grpo_step.md"
