@@ -128,8 +128,8 @@ def ensure_trl_venv(path: Path) -> Path:
         try:
             if venv_versions(python).get("trl"):
                 return python
-        except (subprocess.CalledProcessError, json.JSONDecodeError, OSError):
-            pass
+        except (subprocess.CalledProcessError, json.JSONDecodeError, OSError) as error:
+            print(f"the TRL venv at {path} does not answer ({error}); completing it", file=sys.stderr)
     torch_version = metadata.version("torch").split("+")[0]
     transformers_version = metadata.version("transformers")
     print(f"creating the TRL venv at {path} (torch=={torch_version}, trl=={TRL_VERSION})", file=sys.stderr)

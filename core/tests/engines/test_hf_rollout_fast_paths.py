@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from verl.engines import attention
-from verl.engines.reference import kv_cache
+from verl.engines.reference import decode_linears, kv_cache
 from verl.engines.reference import rollout as rollout_module
 from verl.engines.reference.rollout import build_hf_rollout
 from verl.engines.reference.sampling import SamplingParams, inverse_cdf_sample, select_next_tokens
@@ -118,9 +118,9 @@ def test_skinny_linears_compute_the_same_product_and_restore_the_modules():
     lin = model.model.layers[0].mlp.up_proj
     biased = torch.nn.Linear(32, 5)
     model.add_module("extra", biased)
-    few, many = torch.randn(3, 1, 32), torch.randn(kv_cache.SKINNY_ROWS + 1, 32)
+    few, many = torch.randn(3, 1, 32), torch.randn(decode_linears.SKINNY_ROWS + 1, 32)
     want = [lin(few), lin(many), biased(few)]
-    with kv_cache.skinny_linears(model):
+    with decode_linears.skinny_linears(model):
         assert "forward" in lin.__dict__
         got = [lin(few), lin(many), biased(few)]
     assert "forward" not in lin.__dict__ and "forward" not in biased.__dict__

@@ -80,7 +80,9 @@ def masked_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor
     # float64: casting the whole (batch, response_len) tensor first costs 5-10x more for the same scores.
     nonzero = response_mask != 0
     weights = response_mask.to(token_level_rewards.dtype)
-    masked = torch.where(nonzero, token_level_rewards * weights, torch.zeros((), dtype=weights.dtype))
+    masked = torch.where(
+        nonzero, token_level_rewards * weights, torch.zeros((), dtype=weights.dtype, device=weights.device)
+    )
     scores = masked.sum(dim=-1, dtype=torch.float64)
     valid = nonzero.any(dim=-1)
     return scores, valid

@@ -23,7 +23,7 @@ import torch
 from verl.engines import attention
 from verl.engines.dtypes import resolve_dtype
 from verl.engines.prompts import check_prompt_batch
-from verl.engines.reference.kv_cache import skinny_linears
+from verl.engines.reference.decode_linears import skinny_linears
 from verl.engines.reference.postprocess import build_rollout_batch, compute_position_ids
 from verl.engines.reference.sampling import SamplingParams, resolve_sampling_params, select_next_tokens
 
