@@ -36,3 +36,11 @@ def test_tensor_subclasses_keep_the_default_implementation():
     assert build_optimizer([param], OPTIM).defaults["fused"] is True
     shard = torch.zeros(3).as_subclass(Shard).requires_grad_()
     assert not build_optimizer([shard], OPTIM).defaults.get("fused")
+
+
+def test_param_groups_given_as_generators_keep_their_parameters():
+    model = make_tiny_model(seed=3)
+    groups = [{"params": (p for p in model.parameters()), "weight_decay": 0.0}]
+    opt = build_optimizer(groups, OPTIM)
+    assert len(opt.param_groups[0]["params"]) == len(list(model.parameters()))
+    assert opt.param_groups[0]["weight_decay"] == 0.0 and opt.defaults["fused"] is True

@@ -33,7 +33,8 @@ def build_optimizer(params: Any, optim: Any) -> torch.optim.Optimizer:
     if not math.isfinite(lr) or lr <= 0:
         raise ValueError(f"optim.lr must be a positive number, got {lr!r}")
     betas = tuple(getattr(optim, "betas", (0.9, 0.999)))
-    params = list(params)
+    # Param groups' "params" may be generators: list them once, so the check below does not exhaust them.
+    params = [{**g, "params": list(g["params"])} if isinstance(g, dict) else g for g in params]
     flat = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
     fused = bool(flat) and all(
         type(p) in (torch.Tensor, torch.nn.Parameter) and p.device.type in ("cpu", "cuda") and p.is_floating_point()
