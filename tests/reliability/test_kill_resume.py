@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from verl.cli.main import main as verl_main
-from verl.testing.workspace import make_gsm8k_workspace
+from verl.testing.workspace import MACHINE_METRIC_PREFIXES, make_gsm8k_workspace
 from verl.trainer.checkpoint import TRACKER_FILE
 
 TOTAL_STEPS = 4
@@ -38,7 +38,7 @@ KILL_CASES = {
     "gen:4,save_freq=2": ("gen:4", 2, ("trainer.save_freq=2",)),
 }
 AFTER_LAST_SAVE = "update_weights:4"  # checkpoint 4 published, killed before step 4's row and final_hf
-CLOCK_KEYS = ("timing_s/", "timing_per_token_ms/", "perf/throughput", "perf/time_per_step", "perf/update_actor_s")
+CLOCK_KEYS = MACHINE_METRIC_PREFIXES
 
 
 @pytest.fixture(scope="module")

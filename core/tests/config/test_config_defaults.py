@@ -103,6 +103,7 @@ VERL_DEFAULTS = {
     "trainer.max_actor_ckpt_to_keep": None,
     "trainer.max_critic_ckpt_to_keep": None,
     "trainer.balance_batch": True,
+    "actor_rollout_ref.rollout.free_cache_engine": True,
     "ray_kwargs.ray_init": {},
 }
 
@@ -113,7 +114,8 @@ CPU_FIRST_DEFAULTS = {
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
     "actor_rollout_ref.rollout.name": "hf",
     "actor_rollout_ref.rollout.mode": "sync",
-    "actor_rollout_ref.rollout.dtype": "float32",
+    "actor_rollout_ref.rollout.dtype": "auto",  # float32 on cpu, bfloat16 on accelerators (verl: bfloat16)
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,  # verl: 2 (a CPU run has no second device)
     "actor_rollout_ref.rollout.checkpoint_engine.backend": "colocated",
     "data.dataloader_num_workers": 0,
     "trainer.n_gpus_per_node": 1,

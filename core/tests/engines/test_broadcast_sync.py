@@ -19,7 +19,7 @@ import torch
 
 from verl.config import ConfigError
 from verl.config.schema.rollout import CheckpointEngineConfig
-from verl.engines.sync import (
+from verl.engines.weight_sync import (
     BroadcastCheckpointEngine,
     BucketHeaderError,
     BucketPlanner,
@@ -30,7 +30,7 @@ from verl.engines.sync import (
     free_port,
     plan_buckets,
 )
-from verl.engines.sync.buckets import decode_header, encode_header, header_entry, unpack_bucket
+from verl.engines.weight_sync.buckets import decode_header, encode_header, header_entry, unpack_bucket
 
 PROMPTS = ["What is 2+3?", "hi", "Count: 1 2 3"]
 HIDDEN = 32

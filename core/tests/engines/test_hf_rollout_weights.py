@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from verl.engines.base import CheckpointEngine
-from verl.engines.reference.checkpoint import ColocatedCheckpointEngine, shares_module
 from verl.engines.reference.rollout import HFRolloutEngine, UnknownWeightError
+from verl.engines.weight_sync.colocated import ColocatedCheckpointEngine, shares_module
 from verl.models import load_tokenizer
 from verl.protocol import DataProto
 from verl.testing.tiny import make_tiny_model, save_tiny_model

@@ -74,7 +74,7 @@ def test_manual_seed_seeds_python_numpy_and_torch():
 def test_memory_stats_report_the_process_rss():
     cpu = CpuPlatform()
     before = cpu.memory_stats()
-    assert set(before) == {"allocated_bytes", "reserved_bytes", "max_allocated_bytes"}
+    assert set(before) == {"allocated_bytes", "reserved_bytes", "max_allocated_bytes", "max_reserved_bytes"}
     assert before["allocated_bytes"] == before["reserved_bytes"]
     assert abs(before["allocated_bytes"] - _vmrss_bytes()) < 8 * MiB
     # A fresh anonymous mapping, fully written: 64 MiB of new resident pages whatever malloc has cached.
@@ -86,6 +86,22 @@ def test_memory_stats_report_the_process_rss():
         block.close()
     assert after["allocated_bytes"] - before["allocated_bytes"] >= 60 * MiB
     assert after["max_allocated_bytes"] >= after["allocated_bytes"]
+
+
+def test_peak_rss_resets_to_the_current_rss():
+    """After a 64 MiB block is freed, the peak still counts it until reset_peak_memory_stats (Linux VmHWM)."""
+    cpu = CpuPlatform()
+    if not cpu.reset_peak_memory_stats():
+        pytest.skip("this kernel does not allow resetting the peak RSS (/proc/self/clear_refs)")
+    block = mmap.mmap(-1, 64 * MiB)
+    block.write(b"\x01" * (64 * MiB))
+    block.close()
+    peak = cpu.memory_stats()["max_allocated_bytes"]
+    assert peak >= cpu.memory_stats()["allocated_bytes"] + 60 * MiB
+    assert cpu.reset_peak_memory_stats()
+    after = cpu.memory_stats()
+    assert after["max_allocated_bytes"] <= peak - 60 * MiB
+    assert after["max_allocated_bytes"] == after["max_reserved_bytes"] >= after["allocated_bytes"] - MiB
 
 
 def test_empty_cache_and_synchronize_are_noops():

@@ -128,6 +128,12 @@ class _FakeCudaModule(types.SimpleNamespace):
     def max_memory_allocated(self):
         return 200
 
+    def max_memory_reserved(self):
+        return 400
+
+    def reset_peak_memory_stats(self):
+        self.calls.append(("reset_peak_memory_stats",))
+
     def empty_cache(self):
         self.calls.append(("empty_cache",))
 
@@ -162,8 +168,20 @@ def test_platform_defaults_delegate_to_the_device_module(monkeypatch):
     platform.manual_seed(7)
     platform.empty_cache()
     platform.synchronize()
-    assert module.calls == [("set_device", 1), ("manual_seed_all", 7), ("empty_cache",), ("synchronize",)]
-    assert platform.memory_stats() == {"allocated_bytes": 100, "reserved_bytes": 300, "max_allocated_bytes": 200}
+    assert platform.reset_peak_memory_stats() is True
+    assert module.calls == [
+        ("set_device", 1),
+        ("manual_seed_all", 7),
+        ("empty_cache",),
+        ("synchronize",),
+        ("reset_peak_memory_stats",),
+    ]
+    assert platform.memory_stats() == {
+        "allocated_bytes": 100,
+        "reserved_bytes": 300,
+        "max_allocated_bytes": 200,
+        "max_reserved_bytes": 400,
+    }
 
 
 @pytest.mark.gpu

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl.engines.sync import free_port
+from verl.engines.weight_sync import free_port
 
 HERE = Path(__file__).parent
 WORLD = 2

@@ -6,6 +6,7 @@
 | actor_rollout_ref.actor.checkpoint.load_contents      | actor checkpoint.save_contents           |
 | actor_rollout_ref.rollout.prompt_length               | data.max_prompt_length                   |
 | actor_rollout_ref.rollout.response_length             | data.max_response_length                 |
+| actor_rollout_ref.rollout.placement                   | standalone if rollout.nnodes > 0 else hybrid |
 | rollout / ref log_prob_micro_batch_size_per_gpu       | actor.ppo_micro_batch_size_per_gpu       |
 | rollout / ref log_prob_use_dynamic_bsz                | actor.use_dynamic_bsz                    |
 | rollout / ref log_prob_max_token_len_per_gpu          | actor.ppo_max_token_len_per_gpu          |
@@ -38,6 +39,10 @@ _RULES: tuple[_Rule, ...] = (
     (f"{_ACTOR}.checkpoint.load_contents", lambda c: c.actor_rollout_ref.actor.checkpoint.save_contents),
     ("actor_rollout_ref.rollout.prompt_length", lambda c: c.data.max_prompt_length),
     ("actor_rollout_ref.rollout.response_length", lambda c: c.data.max_response_length),
+    (
+        "actor_rollout_ref.rollout.placement",
+        lambda c: "standalone" if c.actor_rollout_ref.rollout.nnodes > 0 else "hybrid",
+    ),
     *(
         rule
         for role in ("rollout", "ref")

@@ -17,7 +17,8 @@ Errors (all collected, then one :class:`ConfigError`):
    ``horizon``/``target_kl`` > 0; ``gamma``/``lam`` in [0, 1]; ``clip_ratio_c`` > 1;
 6. optimizer ranges (betas in [0, 1), clip_grad > 0, ratios in [0, 1]);
 7. trainer: ``resume_path`` needs ``resume_from_path``; ``controller: local`` needs world size 1;
-   reward model needs a path; positive timeouts and worker counts;
+   reward model needs a path; positive timeouts and worker counts; rollout placement, mode and
+   tensor-parallel size (:mod:`verl.config.validate_rollout`);
 8. paths: ``data.train_files`` / ``val_files`` given as an empty list or holding a blank entry, and a blank
    ``actor_rollout_ref.model.path`` (found by the config fuzz tests: they used to pass and fail later).
 
@@ -35,6 +36,7 @@ from verl.config.errors import IssueCollector
 from verl.config.resolve import resolve_config
 from verl.config.schema import OptimConfig, RootConfig
 from verl.config.validate_batch import ARR, check_batch_sizes, world_size
+from verl.config.validate_rollout import check_rollout
 
 # verl/trainer/ppo/core_algos.py:kl_penalty; "full" is NotImplementedError there, so it is rejected.
 _KL_BASE = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
@@ -75,6 +77,7 @@ def validate_config(cfg: RootConfig) -> list[str]:
     if cfg.critic.enable:
         _check_optim(report, "critic.optim", cfg.critic.optim)
     _check_trainer(cfg, report)
+    check_rollout(cfg, report)
     _check_reward(cfg, report)
     _check_paths(cfg, report)
     report.raise_if_errors()
@@ -265,26 +268,6 @@ def _check_trainer(cfg: RootConfig, report: IssueCollector) -> None:
             "(trainer.nnodes x trainer.n_gpus_per_node); set trainer.controller=ray or "
             "trainer.n_gpus_per_node=1",
         )
-    rollout = cfg.actor_rollout_ref.rollout
-    backend_key = f"{ARR}.rollout.checkpoint_engine.backend"
-    if rollout.nnodes < 0 or rollout.n_gpus_per_node < 1:
-        report.error(
-            f"{ARR}.rollout.nnodes",
-            f"({rollout.nnodes}) must be >= 0 and rollout.n_gpus_per_node ({rollout.n_gpus_per_node}) >= 1",
-        )
-    elif rollout.nnodes > 0:
-        if trainer.controller != "ray":
-            report.error(
-                f"{ARR}.rollout.nnodes",
-                f"={rollout.nnodes} asks for a standalone rollout pool, which runs as Ray actors; "
-                "set trainer.controller=ray (or rollout.nnodes=0 for the hybrid engine)",
-            )
-        if rollout.checkpoint_engine.backend == "colocated":
-            report.error(
-                backend_key,
-                "colocated hands weights over inside one process, but a standalone rollout pool "
-                f"({ARR}.rollout.nnodes={rollout.nnodes}) lives in other processes; set {backend_key}=broadcast",
-            )
     if trainer.test_freq > 0 and not cfg.data.val_files:
         report.warn("trainer.test_freq", f"{trainer.test_freq} but data.val_files is null: no validation will run")
     if trainer.critic_warmup > 0 and not cfg.critic.enable:

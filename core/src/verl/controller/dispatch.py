@@ -101,9 +101,20 @@ def dispatch_dp_compute_data_proto(worker_group: WorkerGroup, *args: Any, **kwar
     Raises:
         DispatchError: no ``DataProto`` argument, or ``DataProto`` arguments of different lengths.
     """
+    return split_data_protos(worker_group.world_size, args, kwargs)
+
+
+def split_data_protos(n: int, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Split every ``DataProto`` argument into ``n`` equal chunks (padding first); broadcast everything else.
+
+    Returns per-chunk lists (length ``n``) for every argument, plus :data:`PADDING_SIZE_KWARG` /
+    :data:`PADDED_ROWS_KWARG` when padding rows were added (see :func:`dispatch_dp_compute_data_proto`).
+
+    Raises:
+        DispatchError: no ``DataProto`` argument, or ``DataProto`` arguments of different lengths.
+    """
     from verl.protocol import DataProto, pad_dataproto_to_divisor
 
-    n = worker_group.world_size
     named = [(f"positional argument {i}", arg) for i, arg in enumerate(args)]
     named += [(f"keyword argument {key!r}", value) for key, value in kwargs.items()]
     lengths = {label: len(value) for label, value in named if isinstance(value, DataProto)}

@@ -205,3 +205,26 @@ class Worker:
     def get_master_addr_port(self) -> tuple[str | None, int | None]:
         """``(MASTER_ADDR, MASTER_PORT)`` of this worker's group, ``None`` where unset."""
         return self._worker_meta.master_addr, self._worker_meta.master_port
+
+    # ---- mesh-aware dispatch (verl's ``_register_dispatch_collect_info``) ----------------------------------
+
+    def register_dispatch_collect_info(self, mesh_name: str, *, dp_rank: int, dp_size: int, is_collect: bool) -> None:
+        """Declare this worker's place in mesh ``mesh_name`` for :func:`~verl.controller.mesh_dispatch.make_nd_compute_dataproto_dispatch_fn`.
+
+        Args:
+            mesh_name: e.g. ``"rollout"``.
+            dp_rank: which data chunk this worker gets (workers of one tensor-parallel group share one).
+            dp_size: number of chunks the batch is split into (data-parallel replicas).
+            is_collect: this worker's output is the one kept for its chunk (one per replica).
+
+        Raises:
+            ValueError: ``dp_rank`` outside ``[0, dp_size)``.
+        """
+        if not 0 <= dp_rank < dp_size:
+            raise ValueError(f"mesh {mesh_name!r}: dp_rank {dp_rank} outside [0, dp_size={dp_size})")
+        infos = self.__dict__.setdefault("_dispatch_collect_info", {})
+        infos[mesh_name] = (int(dp_rank), int(dp_size), bool(is_collect))
+
+    def query_dispatch_info(self, mesh_name: str) -> tuple[int, int, bool] | None:
+        """``(dp_rank, dp_size, is_collect)`` registered for ``mesh_name``, or None (plain data parallel)."""
+        return self.__dict__.get("_dispatch_collect_info", {}).get(mesh_name)

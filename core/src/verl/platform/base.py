@@ -171,14 +171,21 @@ class Platform(abc.ABC):
         """Memory of this process on the current device, in bytes.
 
         Keys: ``allocated_bytes`` (held by tensors), ``reserved_bytes`` (held by the caching
-        allocator, >= allocated), ``max_allocated_bytes`` (peak of ``allocated_bytes``).
+        allocator, >= allocated), ``max_allocated_bytes`` and ``max_reserved_bytes`` (their peaks since
+        the last :meth:`reset_peak_memory_stats`).
         """
         m = self._module()
         return {
             "allocated_bytes": int(m.memory_allocated()),
             "reserved_bytes": int(m.memory_reserved()),
             "max_allocated_bytes": int(m.max_memory_allocated()),
+            "max_reserved_bytes": int(m.max_memory_reserved()),
         }
+
+    def reset_peak_memory_stats(self) -> bool:
+        """Restart the peaks of :meth:`memory_stats` at the current values; returns whether it could."""
+        self._module().reset_peak_memory_stats()
+        return True
 
     def empty_cache(self) -> None:
         """Return cached, unused device memory to the driver."""

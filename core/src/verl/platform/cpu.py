@@ -26,6 +26,14 @@ def _rss_bytes() -> int | None:
 
 
 def _peak_rss_bytes() -> int:
+    # VmHWM (Linux) is the peak since the last reset_peak_memory_stats; getrusage's never resets.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB, macOS bytes
 
@@ -113,11 +121,23 @@ class CpuPlatform(Platform):
     def memory_stats(self) -> dict[str, int]:
         """Process memory in bytes: ``allocated_bytes`` = ``reserved_bytes`` = resident set size
         (``/proc/self/statm``; the peak where ``/proc`` is missing), ``max_allocated_bytes`` =
-        peak RSS (``getrusage``)."""
+        ``max_reserved_bytes`` = peak RSS since the last :meth:`reset_peak_memory_stats` (``VmHWM``;
+        ``getrusage``, which never resets, where ``/proc`` is missing)."""
         peak = _peak_rss_bytes()
         rss = _rss_bytes()
         rss = peak if rss is None else rss
-        return {"allocated_bytes": rss, "reserved_bytes": rss, "max_allocated_bytes": max(peak, rss)}
+        top = max(peak, rss)
+        return {"allocated_bytes": rss, "reserved_bytes": rss, "max_allocated_bytes": top, "max_reserved_bytes": top}
+
+    def reset_peak_memory_stats(self) -> bool:
+        """Restart the peak RSS at the current RSS (Linux: ``5`` into ``/proc/self/clear_refs``); False where the
+        kernel does not allow it (the peak then keeps counting from the process start)."""
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            return False
+        return True
 
     def empty_cache(self) -> None:
         """No-op: there is no device cache on CPU."""

@@ -70,14 +70,19 @@ def verl_training_engines() -> list:
 def verl_rollout_engines() -> list:
     """``hf``: batched generation with HF ``transformers`` and a KV cache.
 
-    Capability ``share_module``: it can generate from the actor's live module (no second copy).
+    Capabilities: ``share_module`` (it can generate from the actor's live module, no second copy) and
+    ``tensor_parallel`` (``rollout.tensor_model_parallel_size > 1`` splits it over DTensor TP groups).
     """
-    from verl.engines.reference.builders import build_hf_rollout_engine
+    from verl.engines.reference.builders import HFRolloutOptions, build_hf_rollout_engine
     from verl.plugins.specs import RolloutEngineSpec
 
     return [
         RolloutEngineSpec(
-            name="hf", factory=build_hf_rollout_engine, devices=("cpu", "cuda"), capabilities={"share_module"}
+            name="hf",
+            factory=build_hf_rollout_engine,
+            options_cls=HFRolloutOptions,
+            devices=("cpu", "cuda"),
+            capabilities={"share_module", "tensor_parallel"},
         )
     ]
 
@@ -86,11 +91,11 @@ def verl_rollout_engines() -> list:
 def verl_checkpoint_engines() -> list:
     """``colocated``: trainer -> rollout weight hand-over inside one process (no disk, no copy when shared);
     ``broadcast``: bucketed torch.distributed broadcast to separate rollout processes (gloo/nccl/hccl)."""
-    from verl.engines.reference.builders import build_colocated_checkpoint_engine
-    from verl.engines.sync.broadcast import BroadcastOptions, build_broadcast_checkpoint_engine
+    from verl.engines.weight_sync.broadcast import BroadcastOptions, build_broadcast_checkpoint_engine
+    from verl.engines.weight_sync.colocated import ColocatedOptions, build_colocated_checkpoint_engine
     from verl.plugins.specs import CheckpointEngineSpec
 
     return [
-        CheckpointEngineSpec(name="colocated", factory=build_colocated_checkpoint_engine),
+        CheckpointEngineSpec(name="colocated", factory=build_colocated_checkpoint_engine, options_cls=ColocatedOptions),
         CheckpointEngineSpec(name="broadcast", factory=build_broadcast_checkpoint_engine, options_cls=BroadcastOptions),
     ]

@@ -54,3 +54,23 @@ def make_gsm8k_workspace(
         out["reward"] = root / "reward.py"
         out["reward"].write_text(reward_source)
     return out
+
+
+# Metrics that measure the machine (wall clock, memory), not the run: equal runs differ in them.
+MACHINE_METRIC_PREFIXES = (
+    "timing_s/",
+    "timing_per_token_ms/",
+    "perf/throughput",
+    "perf/time_per_step",
+    "perf/update_actor_s",
+    "perf/update_critic_s",
+    "perf/max_memory_",
+    "perf/cpu_memory_used_gb",
+    "memory/",
+    "weight_sync/seconds",
+)
+
+
+def run_metrics(row: dict) -> dict:
+    """A ``metrics.jsonl`` row without :data:`MACHINE_METRIC_PREFIXES`: what two equal runs must agree on."""
+    return {k: v for k, v in row.items() if not k.startswith(MACHINE_METRIC_PREFIXES)}

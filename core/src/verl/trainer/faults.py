@@ -25,6 +25,9 @@ import signal
 ENV_VAR = "VERL_FAULT_INJECT"
 STAGES = (
     "gen",
+    "gen_max",
+    "sleep",
+    "onload",
     "rm",
     "reward",
     "old_log_prob",
@@ -35,7 +38,9 @@ STAGES = (
     "update_actor",
     "save_checkpoint",
     "checkpoint_write",
+    "wake_up",
     "update_weights",
+    "offload",
 )
 ACTIONS = ("kill", "oserror")
 

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 
 from verl.controller import Dispatch, Worker, register
+from verl.controller.mesh_dispatch import make_nd_compute_dataproto_dispatch_fn
+from verl.workers.switching import PhasePeaks, measured
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ class ActorRolloutRefWorker(Worker):
         self._is_ref = role in ("ref", "actor_ref", "actor_rollout_ref")
         self.actor = self.rollout = self.ref = self.weight_sync = None
         self.tokenizer = None
+        self.phases: PhasePeaks | None = None
 
     # ------------------------------------------------------------------ set-up
 
@@ -102,6 +105,12 @@ class ActorRolloutRefWorker(Worker):
             self.rollout = spec.factory(
                 cfg, model=self.actor.model if shared else model_path, tokenizer=self.tokenizer, device=device
             )
+            # A rollout replica is tensor_model_parallel_size consecutive ranks: they share one chunk of every
+            # generation batch, and the first of them returns it.
+            tp = int(arr.rollout.tensor_model_parallel_size)
+            self.register_dispatch_collect_info(
+                "rollout", dp_rank=self.rank // tp, dp_size=self.world_size // tp, is_collect=self.rank % tp == 0
+            )
         if (self.actor is not None and self.rollout is not None) or (
             arr.rollout.nnodes > 0 and (self._is_actor or self._is_rollout)
         ):
@@ -109,6 +118,7 @@ class ActorRolloutRefWorker(Worker):
             # joined later with init_weight_sync.
             backend = arr.rollout.checkpoint_engine.backend
             self.weight_sync = pm.get("checkpoint_engine", backend).factory(cfg)
+        self.phases = PhasePeaks(platform)
         return {
             "rank": self.rank,
             "model_path": str(model_path),
@@ -116,6 +126,7 @@ class ActorRolloutRefWorker(Worker):
             "roles": self.role,
             "ref": self.ref is not None,
             "threads": self.threads,
+            "rollout_tp": int(arr.rollout.tensor_model_parallel_size) if self.rollout is not None else None,
         }
 
     def _init_process_group(self, platform: Any) -> None:
@@ -145,9 +156,13 @@ class ActorRolloutRefWorker(Worker):
 
     # ------------------------------------------------------------------ rollout
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("rollout"))
     def generate_sequences(self, prompts: Any) -> Any:
-        """Generate one response per row (rows already repeated ``n`` times); verl's output keys."""
+        """Generate one response per row (rows already repeated ``n`` times); verl's output keys.
+
+        Dispatched per rollout replica: the ``tensor_model_parallel_size`` ranks of a replica get the same
+        chunk (they generate it together) and the first returns it.
+        """
         self._need(self.rollout, "rollout")
         start = time.perf_counter()
         out = self.rollout.generate(prompts)
@@ -156,10 +171,73 @@ class ActorRolloutRefWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_weights(self) -> dict[str, Any]:
-        """Push the actor's weights into the rollout engine through the checkpoint engine."""
+        """Push the actor's weights into the rollout engine through the checkpoint engine (collective).
+
+        Returns this rank's ``weight_sync/<key>`` metrics (tensors, bytes, resharding buckets and buffer
+        peak, seconds) and the peak memory of the sync (``memory/update_weights/peak_*_gb``).
+        """
         self._need(self.actor, "actor")
         self._need(self.rollout, "rollout")
-        return self.weight_sync.sync(self.actor, self.rollout)
+        metrics = self.weight_sync.sync(self.actor, self.rollout)
+        out = {f"weight_sync/{k}": float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+        out.update(self.phases.close("update_weights"))
+        return out
+
+    # ------------------------------------------------------------------ mode switches (hybrid engine)
+
+    def _rollout_switches(self) -> bool:
+        """Whether this worker's rollout sleeps between generations: verl's ``free_cache_engine``, and never in
+        standalone placement (its rollout has devices of its own)."""
+        from verl.config.placement import rollout_placement
+
+        rollout = self.config.actor_rollout_ref.rollout
+        return self.rollout is not None and rollout.free_cache_engine and rollout_placement(self.config) != "standalone"
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sleep_rollout(self) -> dict[str, float]:
+        """After generation: read the generation's memory peak, then let the rollout free its memory."""
+        out = self.phases.close("gen")
+        if self._rollout_switches():
+            out.update(measured(self.platform, "sleep", self.rollout.sleep))
+        return out
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def wake_up_rollout(self, tags: list[str]) -> dict[str, float]:
+        """Give the rollout back its memory for ``tags`` (``["weights"]`` before the sync, ``["kv_cache"]`` after).
+
+        Waking the weights closes the training phase (``memory/train/peak_*_gb``); waking the KV cache
+        starts the generation phase.
+        """
+        out: dict[str, float] = {}
+        if "weights" in tags:
+            out.update(self.phases.close("train"))
+        if self._rollout_switches():
+            name = "wake_up_" + "_".join(tags)
+            out.update(measured(self.platform, name, lambda: _wake_up(self.rollout, tags)))
+        if "kv_cache" in tags:
+            self.phases.restart()
+        return out
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def offload_trainer(self) -> dict[str, float]:
+        """Before generation: move the actor's (and ref's) weights / optimizer state to host memory as their
+        options say (``param_offload``, ``optimizer_offload``; nothing on CPU)."""
+        out: dict[str, float] = {}
+        if not self._is_rollout:  # a pool without a rollout: its training phase ends here
+            out.update(self.phases.close("train"))
+        for name, engine in (("actor", self.actor), ("ref", self.ref)):
+            if engine is not None and hasattr(engine, "offload"):
+                out.update(measured(self.platform, f"offload_{name}", engine.offload))
+        return out
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def onload_trainer(self) -> dict[str, float]:
+        """After generation: bring the actor's (and ref's) offloaded state back to the device."""
+        out: dict[str, float] = {}
+        for name, engine in (("actor", self.actor), ("ref", self.ref)):
+            if engine is not None and hasattr(engine, "onload"):
+                out.update(measured(self.platform, f"onload_{name}", engine.onload))
+        return out
 
     # ------------------------------------------------------------------ standalone weight sync
 
@@ -168,7 +246,7 @@ class ActorRolloutRefWorker(Worker):
         """``(ip, free port)`` on this rank's node: where the trainer's sender hosts the sync group."""
         import socket
 
-        from verl.engines.sync import free_port
+        from verl.engines.weight_sync import free_port
 
         try:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -196,9 +274,16 @@ class ActorRolloutRefWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def sync_weights(self) -> dict[str, Any]:
-        """Standalone mode: the actor pool sends its weights, the rollout pool receives them (call both)."""
+        """Standalone / colocated placement: the actor pool sends its weights, the rollout pool receives them
+        (call both); returns this rank's ``weight_sync/<key>`` metrics."""
         self._need(self.weight_sync, "weight sync")
-        return self.weight_sync.sync(self.actor, None) if self._is_actor else self.weight_sync.sync(None, self.rollout)
+        if self._is_actor:
+            metrics = self.weight_sync.sync(self.actor, None)
+        else:
+            metrics = self.weight_sync.sync(None, self.rollout)
+        out = {f"weight_sync/{k}": float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+        out.update(self.phases.close("update_weights"))
+        return out
 
     # ------------------------------------------------------------------ actor / ref
 
@@ -289,6 +374,20 @@ class ActorRolloutRefWorker(Worker):
     def _need(engine: Any, name: str) -> None:
         if engine is None:
             raise RuntimeError(f"this worker has no {name} engine (call init_model first, or check its role)")
+
+
+def _wake_up(rollout: Any, tags: list[str]) -> None:
+    """``rollout.wake_up(tags=...)``; engines whose ``wake_up`` takes no tags wake fully with the weights."""
+    import inspect
+
+    try:
+        takes_tags = "tags" in inspect.signature(rollout.wake_up).parameters
+    except (TypeError, ValueError):
+        takes_tags = False
+    if takes_tags:
+        rollout.wake_up(tags=list(tags))
+    elif "weights" in tags:
+        rollout.wake_up()
 
 
 def _metrics_proto(metrics: dict[str, list[float]]) -> Any:

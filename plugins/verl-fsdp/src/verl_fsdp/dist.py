@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from verl.engines.sync.group import free_port
+from verl.engines.weight_sync.group import free_port
 
 logger = logging.getLogger(__name__)
 

@@ -115,17 +115,25 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         self.bucket_bytes = max(1, int(bucket_megabytes)) << 20
         self._norm: dict[str, Any] | None = None
         self._notices(device)
-        super().__init__(model, settings, optim=optim, total_training_steps=total_training_steps, device=device)
+        super().__init__(
+            model,
+            settings,
+            optim=optim,
+            total_training_steps=total_training_steps,
+            device=device,
+            param_offload=self.options.param_offload and not self.options.offload_policy,
+            optimizer_offload=self.options.optimizer_offload and not self.options.offload_policy,
+        )
 
     def _notices(self, device: torch.device) -> None:
         opts = self.options
         if device.type == "cpu":
-            for name in ("param_offload", "optimizer_offload"):
+            for name in ("param_offload", "optimizer_offload", "offload_policy"):
                 if getattr(opts, name):
                     notice_once(
                         name, "verl-fsdp: %s=true has no effect on the cpu device (weights already live there)", name
                     )
-            if opts.mixed_precision.param_dtype not in (None, "float32", "fp32"):
+            if opts.mixed_precision.param_dtype not in (None, "auto", "float32", "fp32"):
                 notice_once(
                     "cpu_mp",
                     "verl-fsdp: mixed_precision.param_dtype=%s on cpu: low-precision matmuls are several times slower "
@@ -143,17 +151,16 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
 
     def _wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         opts = self.options
-        mp = opts.mixed_precision
+        mp = opts.mixed_precision.resolved(self.device.type)
         field = "actor_rollout_ref.actor.engine_kwargs.fsdp.mixed_precision"
         policy = MixedPrecisionPolicy(
-            param_dtype=resolve_dtype(mp.param_dtype, self.device, field=f"{field}.param_dtype")
-            if mp.param_dtype
-            else None,
-            reduce_dtype=resolve_dtype(mp.reduce_dtype, self.device, field=f"{field}.reduce_dtype")
-            if mp.reduce_dtype
-            else None,
+            **{
+                name: resolve_dtype(value, self.device, field=f"{field}.{name}") if value else None
+                for name, value in mp.items()
+            }
         )
-        offload = CPUOffloadPolicy(pin_memory=True) if opts.param_offload and self.device.type != "cpu" else None
+        self.mixed_precision = {name: value for name, value in mp.items()}
+        offload = CPUOffloadPolicy(pin_memory=True) if opts.offload_policy and self.device.type != "cpu" else None
         kwargs = {
             "mesh": self.mesh,
             "reshard_after_forward": opts.reshard_after_forward,
@@ -247,14 +254,36 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
 
     # ------------------------------------------------------------------ weights & state
 
-    def iter_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield ``(hf_name, full_tensor)`` for every state-dict entry, in state-dict order.
+    def iter_weights(
+        self, layout: Any = None, *, bucket_bytes: int | None = None, stats: Any = None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield the weights for a rollout, in state-dict order (collective: every rank consumes it all).
 
-        Collective: every rank must consume the whole iterator. Shards are all-gathered in buckets of
-        ``bucket_megabytes`` (full size), so at most one bucket of full tensors exists at a time on
-        top of what the consumer keeps. Tensors are on this rank's device, detached, in the parameter
-        dtype; tied weights appear under both names (as ``state_dict()``).
+        Args:
+            layout: the rollout's :class:`~verl.engines.weight_sync.layout.WeightLayout` over this world.
+                Given, every rank receives exactly its slice of each weight, resharded from the FSDP shards
+                bucket by bucket (:func:`verl.engines.weight_sync.reshard.reshard_weights`): a rank never holds
+                a whole tensor unless its rollout slice is the whole tensor. None: every rank gets the full
+                tensors (shards all-gathered in buckets), e.g. for a standalone rollout fed by broadcast.
+            bucket_bytes: bucket cap of the resharding; default ``bucket_megabytes``.
+            stats: a :class:`~verl.engines.weight_sync.reshard.ReshardStats` filled in when ``layout`` is given.
+
+        Tensors are on this rank's device, detached, in the parameter dtype; without a layout tied weights
+        appear under both names (as ``state_dict()``), with one only the first name is sent.
         """
+        self.onload()
+        if layout is not None:
+            from verl.engines.weight_sync.reshard import reshard_weights
+
+            comm = torch.device("cpu") if self.mesh.device_type == "cpu" else self.device
+            yield from reshard_weights(
+                self.model.state_dict().items(),
+                layout,
+                bucket_bytes=int(bucket_bytes or self.bucket_bytes),
+                device=comm,
+                stats=stats,
+            )
+            return
         bucket: list[tuple[str, torch.Tensor]] = []
         size = 0
         for name, tensor in self.model.state_dict().items():
@@ -264,6 +293,22 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
                 yield from self._gather(bucket)
                 bucket, size = [], 0
         yield from self._gather(bucket)
+
+    def weight_manifest(self, layout: Any = None) -> list[tuple[str, tuple[int, ...]]]:
+        """``(hf_name, shape)`` of what :meth:`iter_weights` (with ``layout``) yields on this rank; no communication."""
+        from verl.engines.weight_sync.layout import local_shape
+
+        names: list[tuple[str, tuple[int, ...]]] = []
+        seen: set[tuple[int, int]] = set()
+        for name, tensor in self.model.state_dict().items():
+            if layout is not None:  # the resharded stream sends tied weights once
+                local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+                key = (local.untyped_storage().data_ptr(), local.storage_offset())
+                if local.numel() and key in seen:
+                    continue
+                seen.add(key)
+            names.append((name, local_shape(layout, name, tuple(tensor.shape), self.rank)))
+        return names
 
     def _gather(self, bucket: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
         with torch.no_grad():
@@ -337,38 +382,13 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         del full
         dist.barrier()
 
-    def offload(self) -> None:
-        """Move the sharded weights and optimizer state to the CPU (no-op on CPU), like verl's FSDP2 offload."""
-        if self.device.type != "cpu":
-            self.model.to("cpu")
-            self._move_optimizer_state(torch.device("cpu"))
-
-    def onload(self) -> None:
-        """Undo :meth:`offload` (no-op on CPU; parameters stay on CPU under ``param_offload``)."""
-        if self.device.type != "cpu":
-            if not self.options.param_offload:
-                self.model.to(self.device)
-            self._move_optimizer_state(self.device)
-
-    def train_batch(self, data: Any, loss_fn: Any) -> dict[str, list[float]]:
-        """As :meth:`ReferenceTrainingEngine.train_batch` on this rank's rows, with global normalisers;
-        collective. With ``optimizer_offload`` the optimizer state lives on the CPU outside this call."""
-        offloading = self.options.optimizer_offload and self.device.type != "cpu" and not self.options.param_offload
-        if offloading:
-            self._move_optimizer_state(self.device)
-        try:
-            return super().train_batch(data, loss_fn)
-        finally:
-            if offloading:
-                self._move_optimizer_state(torch.device("cpu"))
-
-    def _move_optimizer_state(self, device: torch.device) -> None:
-        if self.optimizer is None:
-            return
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor) and key != "step":
-                    state[key] = value.to(device, non_blocking=True)
+    def offload(self) -> dict[str, int]:
+        """As the reference engine (weights under ``param_offload``, optimizer state under ``optimizer_offload``
+        to host memory; ``Module.to`` moves the FSDP2 shards), except under ``offload_policy``, where FSDP's
+        ``CPUOffloadPolicy`` already keeps everything on the host."""
+        if self.options.offload_policy:
+            return {"params_bytes": 0, "optimizer_bytes": 0}
+        return super().offload()
 
 
 class FSDPCriticEngine(FSDPTrainingEngine, ReferenceCriticEngine):

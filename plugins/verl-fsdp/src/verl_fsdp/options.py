@@ -13,18 +13,25 @@ from typing import Any
 import attrs
 
 _DTYPES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+AUTO = "auto"
+# verl's FSDP defaults on accelerators (verl/workers/engine/fsdp/transformer_impl.py: bf16 params, fp32 reduce).
+ACCELERATOR_DEFAULTS = {"param_dtype": "bfloat16", "reduce_dtype": "float32"}
 
 
 def _dtype_or_none(inst: object, attribute: attrs.Attribute, value: object) -> None:
-    if value is not None and str(value).lower() not in _DTYPES:
+    if value is not None and str(value).lower() not in (*_DTYPES, AUTO):
         raise ValueError(
-            f"engine_kwargs.fsdp.mixed_precision.{attribute.name}={value!r} is not one of {list(_DTYPES)} or null"
+            f"engine_kwargs.fsdp.mixed_precision.{attribute.name}={value!r} is not one of {[*_DTYPES, AUTO]} or null"
         )
 
 
 @attrs.frozen(kw_only=True)
 class MixedPrecisionOptions:
-    """FSDP2 mixed precision (``fsdp_config.mixed_precision``); ``None`` everywhere = no mixed precision.
+    """FSDP2 mixed precision (``fsdp_config.mixed_precision``).
+
+    ``auto`` (the default) is verl's choice on accelerators (bf16 parameters, fp32 gradient reduction) and no
+    mixed precision on the CPU (bf16 matmuls are several times slower there); ``null`` turns a dtype off
+    everywhere.
 
     Attributes:
         param_dtype: dtype the all-gathered parameters are cast to for forward/backward
@@ -34,14 +41,19 @@ class MixedPrecisionOptions:
             ``model_dtype``, which is logged once when it is set.
     """
 
-    param_dtype: str | None = attrs.field(default=None, validator=_dtype_or_none)
-    reduce_dtype: str | None = attrs.field(default=None, validator=_dtype_or_none)
+    param_dtype: str | None = attrs.field(default=AUTO, validator=_dtype_or_none)
+    reduce_dtype: str | None = attrs.field(default=AUTO, validator=_dtype_or_none)
     buffer_dtype: str | None = attrs.field(default=None, validator=_dtype_or_none)
 
-    @property
-    def enabled(self) -> bool:
-        """True when any dtype is set."""
-        return any(v is not None for v in (self.param_dtype, self.reduce_dtype, self.buffer_dtype))
+    def resolved(self, device_type: str) -> dict[str, str | None]:
+        """``{"param_dtype", "reduce_dtype"}`` on ``device_type`` with ``auto`` resolved (None = off)."""
+        out: dict[str, str | None] = {}
+        for name in ("param_dtype", "reduce_dtype"):
+            value = getattr(self, name)
+            if value == AUTO:
+                value = None if device_type == "cpu" else ACCELERATOR_DEFAULTS[name]
+            out[name] = value
+        return out
 
 
 def _mixed_precision(value: Any) -> Any:
@@ -62,10 +74,13 @@ class FSDPEngineOptions:
     """Options of the ``fsdp`` engine, read from ``actor_rollout_ref.actor.engine_kwargs.fsdp``.
 
     Attributes:
-        param_offload: keep sharded parameters, gradients and the optimizer step on the CPU
-            (FSDP2 ``CPUOffloadPolicy``); meaningless on ``cpu`` (logged once, ignored).
-        optimizer_offload: move the optimizer state to the CPU between training steps (verl's
-            ``optimizer_offload``); meaningless on ``cpu`` (logged once, ignored).
+        param_offload: move the sharded parameters to host memory while the rollout generates and back before
+            the next forward (verl's FSDP2 ``param_offload``: ``offload_fsdp_model_to_cpu``); meaningless on
+            ``cpu`` (logged once; nothing moves).
+        optimizer_offload: the same for the optimizer state (verl's ``optimizer_offload``).
+        offload_policy: keep parameters, gradients and the optimizer step on the host for good, streamed to
+            the device layer by layer (FSDP2 ``CPUOffloadPolicy``, verl's ``offload_policy``); replaces the two
+            options above. Meaningless on ``cpu``.
         reshard_after_forward: free the gathered parameters after forward (ZeRO-3) instead of
             keeping them until backward (ZeRO-2 memory, less communication).
         model_dtype: dtype of the sharded (master) parameters; ``float32`` like verl's actor.
@@ -77,6 +92,7 @@ class FSDPEngineOptions:
 
     param_offload: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     optimizer_offload: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    offload_policy: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     model_dtype: str = attrs.field(default="float32", validator=attrs.validators.in_(_DTYPES))
     mixed_precision: MixedPrecisionOptions = attrs.field(factory=MixedPrecisionOptions, converter=_mixed_precision)

@@ -9,7 +9,8 @@ import attrs
 from verl.config.schema._fields import BackendKwargs, fld, free_dict, section
 
 RolloutMode = Literal["sync", "async"]
-Dtype = Literal["float32", "bfloat16", "float16", "fp32", "bf16", "fp16"]
+Placement = Literal["hybrid", "colocated", "standalone"]
+Dtype = Literal["auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"]
 
 
 @attrs.frozen(kw_only=True)
@@ -44,15 +45,32 @@ class RolloutConfig:
     ``temperature: 0`` is accepted only with ``do_sample: false`` (greedy), where
     log-probs are untempered.
 
+    Placement (verl's ``RolloutMode``): ``hybrid`` (the rollout engine inside the trainer's workers, on the
+    same devices; the trainer drives sleep / wake-up and syncs weights in place), ``colocated`` (the rollout
+    in its own processes on the trainer's devices, weights broadcast through host memory), ``standalone``
+    (its own devices, ``rollout.nnodes x rollout.n_gpus_per_node``, weights broadcast). Null picks
+    ``standalone`` when ``rollout.nnodes > 0``, else ``hybrid``.
+
     Deviations from verl: ``name`` defaults to ``hf`` (core's transformers engine, verl:
-    required), ``mode`` to ``sync`` (verl: ``async``, the HF engine generates in-process),
-    and ``dtype`` to ``float32`` (verl: ``bfloat16``, which runs ~6x slower on CPUs without
-    AVX-512/AMX). Backend-specific knobs (gpu_memory_utilization, tensor parallel size, ...)
-    live in ``engine_kwargs.<name>``, checked by the backend plugin's options class.
+    required), ``mode`` to ``sync`` (verl: ``async``; the server-based async mode is not built yet and
+    is refused), ``dtype`` to ``auto`` (float32 on CPU, where bf16 runs ~6x slower without
+    AVX-512/AMX, bfloat16 on accelerators as verl), ``tensor_model_parallel_size`` to 1 (verl: 2), and
+    ``placement`` is our key for verl's ``RolloutMode`` (verl picks it from the trainer class).
+    Backend-specific knobs live in ``engine_kwargs.<name>``, checked by the backend plugin's options class.
     """
 
     name: str = fld("hf", doc="rollout engine plugin name: hf|vllm|sglang|trtllm|...")
-    mode: RolloutMode = fld("sync", doc="sync: generate in the trainer's step; async: server-based generation")
+    mode: RolloutMode = fld("sync", doc="sync: generate in the trainer's step; async: server-based (not built yet)")
+    placement: Placement | None = fld(
+        None,
+        doc="hybrid|colocated|standalone (verl's RolloutMode); null = standalone if rollout.nnodes > 0, else hybrid",
+    )
+    tensor_model_parallel_size: int = fld(
+        1, doc="ranks per rollout replica (tensor parallel); the rollout world = replicas x this size"
+    )
+    free_cache_engine: bool = fld(
+        True, doc="sleep the rollout after generation (free KV cache / weights) and wake it for the next sync"
+    )
     temperature: float = fld(1.0, doc="sampling temperature; also divides logits when log-probs are recomputed")
     top_k: int = fld(-1, doc="keep the k most likely tokens; -1 (or 0) = off")
     top_p: float = fld(1.0, doc="nucleus sampling mass in (0, 1]; 1 = off")
@@ -60,7 +78,9 @@ class RolloutConfig:
     do_sample: bool = fld(True, doc="sample (true) or greedy decode (false)")
     prompt_length: int | None = fld(None, doc="max prompt tokens; null = data.max_prompt_length")
     response_length: int | None = fld(None, doc="max new tokens; null = data.max_response_length")
-    dtype: Dtype = fld("float32", doc="weights/activations dtype of the rollout engine")
+    dtype: Dtype = fld(
+        "auto", doc="weights/activations dtype of the rollout; auto = float32 on cpu, bfloat16 elsewhere"
+    )
     calculate_log_probs: bool = fld(True, doc="return the sampler's log-probs (rollout_log_probs)")
     log_prob_micro_batch_size_per_gpu: int | None = fld(
         None, doc="sequences per old-log-prob forward per GPU; null = actor ppo_micro_batch_size_per_gpu"

@@ -22,9 +22,28 @@ class ReferenceEngineOptions:
 
     Attributes:
         dtype: parameter dtype; ``float32`` (default) is the CPU dtype, bf16 matmuls are ~6x slower there.
+        param_offload: keep the weights in host memory between uses (verl's ``fsdp_config.param_offload``):
+            :meth:`~verl.engines.reference.training.ReferenceTrainingEngine.offload` moves them there while the
+            rollout generates; meaningless on CPU (nothing moves).
+        optimizer_offload: the same for the optimizer state (``fsdp_config.optimizer_offload``).
     """
 
     dtype: str = attrs.field(default="float32", validator=attrs.validators.in_(["float32", "bfloat16", "float16"]))
+    param_offload: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    optimizer_offload: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+
+@attrs.frozen(kw_only=True)
+class HFRolloutOptions:
+    """Options of the ``hf`` rollout engine (``actor_rollout_ref.rollout.engine_kwargs.hf``).
+
+    Attributes:
+        sleep_level: what ``sleep()`` frees of weights the engine owns (a model it loaded, not the trainer's
+            shared module): 1 = move them to host memory on an accelerator (nothing on CPU); 2 = discard them
+            (any device; the trainer's next weight sync refills them), verl's default for vLLM on CUDA.
+    """
+
+    sleep_level: int = attrs.field(default=2, validator=attrs.validators.in_([1, 2]))
 
 
 def _options(config: Any, role: str = "actor") -> ReferenceEngineOptions:
@@ -66,9 +85,17 @@ def build_reference_training_engine(
             total_training_steps=total_training_steps,
             device=device,
             trust_remote_code=config.critic.model.trust_remote_code,
+            param_offload=opts.param_offload,
+            optimizer_offload=opts.optimizer_offload,
         )
     return ReferenceTrainingEngine(
-        model, settings, optim=optim, total_training_steps=total_training_steps, device=device
+        model,
+        settings,
+        optim=optim,
+        total_training_steps=total_training_steps,
+        device=device,
+        param_offload=opts.param_offload,
+        optimizer_offload=opts.optimizer_offload,
     )
 
 
@@ -150,10 +177,3 @@ def build_hf_rollout_engine(config: Any, *, model: Any, tokenizer: Any, device: 
     from verl.engines.reference.rollout import build_hf_rollout
 
     return build_hf_rollout(config.actor_rollout_ref.rollout, model, tokenizer, device=device)
-
-
-def build_colocated_checkpoint_engine(config: Any) -> Any:
-    """Build the ``colocated`` weight-sync engine (same-process hand-over, no disk)."""
-    from verl.engines.reference.checkpoint import ColocatedCheckpointEngine
-
-    return ColocatedCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine)

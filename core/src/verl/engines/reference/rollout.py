@@ -11,7 +11,6 @@ not used here.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 import time
@@ -25,17 +24,11 @@ from verl.engines.dtypes import resolve_dtype
 from verl.engines.prompts import check_prompt_batch
 from verl.engines.reference.decode_linears import skinny_linears
 from verl.engines.reference.postprocess import build_rollout_batch, compute_position_ids
+from verl.engines.reference.rollout_weights import RolloutWeights, StaleWeightsError, UnknownWeightError, check_tags
 from verl.engines.reference.sampling import SamplingParams, resolve_sampling_params, select_next_tokens
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
-
-
-class UnknownWeightError(KeyError):
-    """``update_weights`` received a parameter name the rollout model does not have."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 def _cfg(config: Any, name: str, default: Any) -> Any:
@@ -59,22 +52,49 @@ class HFRolloutEngine:
         model_path_or_model: a model path/name (resolved by :func:`verl.models.resolve_model_path` and loaded
             in ``config.dtype``) or a live ``PreTrainedModel``. A live model is used as is, never copied,
             cast or moved: pass the trainer's module to share weights (then weight sync is a no-op, see
-            :class:`verl.engines.reference.checkpoint.ColocatedCheckpointEngine`).
+            :class:`verl.engines.weight_sync.colocated.ColocatedCheckpointEngine`).
         tokenizer: HF tokenizer (its ``eos_token_id`` and ``pad_token_id`` are used); None loads it from the path.
         config: rollout config section (verl names, read with ``getattr`` and defaults): ``temperature`` (1.0),
             ``top_p`` (1.0), ``top_k`` (-1), ``do_sample`` (True), ``response_length`` (512),
             ``calculate_log_probs`` (False), ``val_kwargs`` (greedy), ``dtype`` ("auto": float32 on CPU,
-            bfloat16 on accelerators), ``max_num_seqs`` (rows decoded together, 1024), ``seed`` (0).
+            bfloat16 on accelerators), ``max_num_seqs`` (rows decoded together, 1024), ``seed`` (0),
+            ``tensor_model_parallel_size`` (1), ``engine_kwargs["hf"]`` (:class:`HFRolloutOptions`).
         device: torch device for a model loaded from a path; default the live model's device, else the
             resolved platform's device (:func:`verl.platform.current_platform`).
+        options: overrides ``config.engine_kwargs["hf"]``.
+
+    Tensor parallelism (``tensor_model_parallel_size = T > 1``, a model path, a torch.distributed world of
+    ``W`` ranks, ``T`` dividing ``W``): the loaded model is split over this rank's group of ``T`` consecutive
+    ranks (:mod:`verl.engines.reference.tensor_parallel`); every rank of a group must call :meth:`generate`
+    with the same prompts, and all return the same responses.
+
+    Raises:
+        ValueError: a TP size that does not divide the world, the heads, key/value heads, vocabulary or MLP
+            width (the message lists valid sizes), or TP with a live module or without a world.
+        TypeError: a live module without a tokenizer.
 
     Sampling is seeded: one ``torch.Generator`` seeded with ``config.seed`` lives as long as the engine,
     so an identical sequence of calls reproduces identical samples.
     """
 
-    def __init__(self, model_path_or_model: Any, tokenizer: Any = None, config: Any = None, *, device: Any = None):
+    def __init__(
+        self,
+        model_path_or_model: Any,
+        tokenizer: Any = None,
+        config: Any = None,
+        *,
+        device: Any = None,
+        options: Any = None,
+    ) -> None:
         self.config = config
+        self.options = options if options is not None else options_from_config(config)
+        tp_size = int(_cfg(config, "tensor_model_parallel_size", 1))
         if isinstance(model_path_or_model, torch.nn.Module):
+            if tp_size > 1:
+                raise ValueError(
+                    "HFRolloutEngine: a live (shared) module cannot be split for tensor parallelism; pass a model path "
+                    f"with actor_rollout_ref.rollout.tensor_model_parallel_size={tp_size}"
+                )
             self.model = model_path_or_model
             self.owns_model = False
             self.device = torch.device(device) if device is not None else next(self.model.parameters()).device
@@ -97,6 +117,15 @@ class HFRolloutEngine:
             if tokenizer is None:
                 tokenizer = load_tokenizer(path)
         self.tokenizer = tokenizer
+        self.layout, self.rank = self._tensor_parallel(tp_size)
+        self.weights = RolloutWeights(
+            self.model,
+            owned=self.owns_model,
+            device=self.device,
+            sleep_level=self.options.sleep_level,
+            layout=self.layout,
+            rank=self.rank,
+        )
         # A superset of sdpa (same results) whose decode step reads the KV cache without copying it.
         attention.install(self.model)
         self.eos_token_ids = _eos_ids(tokenizer, self.model)
@@ -108,8 +137,49 @@ class HFRolloutEngine:
         # transformers >= 5.2x renamed forward's `past_key_values` to `cache` (the old name warns).
         forward_params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
-        self._asleep = False
         self.last_stats: dict[str, float] = {}
+
+    def _tensor_parallel(self, tp_size: int) -> tuple[Any, int]:
+        """Split the owned model over its TP group when ``tp_size > 1``; returns ``(layout or None, rank)``.
+
+        An owned model on a world of several ranks gets a layout even at ``tp_size == 1`` (every rank holds
+        the whole model): the weight sync then hands each rank whole tensors, reshared from the trainer's shards.
+        """
+        import torch.distributed as dist
+
+        initialised = dist.is_available() and dist.is_initialized()
+        world, rank = (dist.get_world_size(), dist.get_rank()) if initialised else (1, 0)
+        if tp_size > 1 and world % tp_size:
+            from verl.engines.weight_sync.layout import TP_KEY, divisors
+
+            raise ValueError(
+                f"{TP_KEY}={tp_size} must divide the rollout world size {world} (data-parallel replicas x "
+                f"tensor-parallel size); valid: {divisors(world)}"
+            )
+        if not self.owns_model or world == 1:
+            if tp_size > 1:
+                raise ValueError(
+                    f"HFRolloutEngine: tensor_model_parallel_size={tp_size} needs a torch.distributed world of at "
+                    "least that many ranks (trainer.controller=ray with trainer.n_gpus_per_node x nnodes workers)"
+                )
+            return None, rank
+        from verl.engines.weight_sync.layout import TensorParallelLayout, tensor_parallel_problems
+
+        problems = tensor_parallel_problems(self.model.config, tp_size, world)
+        if problems:
+            raise ValueError("; ".join(problems))
+        layout = TensorParallelLayout.for_model(self.model.config, world, tp_size)
+        if tp_size > 1:
+            from verl.engines.reference.tensor_parallel import parallelize_causal_lm, tensor_parallel_mesh
+
+            self.tp_mesh = tensor_parallel_mesh(layout, self.device.type)
+            parallelize_causal_lm(self.model, layout, self.tp_mesh)
+        return layout, rank
+
+    def weight_layout(self) -> Any:
+        """The :class:`~verl.engines.weight_sync.layout.WeightLayout` this engine's weights follow across the
+        world (None: one process holds everything, or the weights are the trainer's own module)."""
+        return self.layout
 
     # ------------------------------------------------------------------ generation
     def generate(self, prompts: DataProto) -> DataProto:
@@ -155,8 +225,9 @@ class HFRolloutEngine:
             self.generator.manual_seed(int(meta["seed"]))
         resp_len = int(meta.get("response_length") or _cfg(self.config, "response_length", 512))
         self._check_prompts(input_ids, attention_mask, resp_len)
-        if self._asleep:
+        if self.weights.asleep:
             self.wake_up()
+        self.weights.require_current()
 
         row_seeds = batch["sample_seed"].tolist() if "sample_seed" in present and not params.greedy else None
         chunk = max(1, int(_cfg(self.config, "max_num_seqs", 1024)))
@@ -283,55 +354,60 @@ class HFRolloutEngine:
         return responses, lengths, log_probs
 
     # ------------------------------------------------------------------ weights and memory
-    def update_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
-        """Copy ``(hf_name, tensor)`` pairs into the live model (in place, converting dtype/device).
+    def check_weights(self, specs: Any) -> None:
+        """Refuse an update before anything is written (names known; shapes this rank's shard or the full one).
 
-        Names are the model's ``state_dict`` keys; with tied embeddings both ``model.embed_tokens.weight``
-        and ``lm_head.weight`` address the same tensor, so either (or both) may be sent. A tensor that
-        already *is* the live parameter (shared module) is skipped. Names not sent keep their values.
+        Args:
+            specs: ``(hf_name, shape)`` pairs of the tensors the update will carry.
 
         Raises:
             UnknownWeightError (KeyError): a name the model does not have (closest names suggested).
             ValueError: a shape mismatch (both shapes named).
         """
-        targets = self.model.state_dict(keep_vars=True)
-        with torch.no_grad():
-            for name, tensor in weights:
-                target = targets.get(name)
-                if target is None:
-                    close = difflib.get_close_matches(name, list(targets), n=3)
-                    raise UnknownWeightError(
-                        f"update_weights: the rollout model has no parameter {name!r}"
-                        + (f"; did you mean {close}?" if close else f" ({len(targets)} known names)")
-                    )
-                if tuple(target.shape) != tuple(tensor.shape):
-                    raise ValueError(
-                        f"update_weights: {name!r} has shape {tuple(tensor.shape)}, the rollout model expects "
-                        f"{tuple(target.shape)}"
-                    )
-                if tensor.data_ptr() == target.data_ptr() and tensor.dtype == target.dtype:
-                    continue
-                target.data.copy_(tensor)
+        self.weights.check(specs)
+
+    def update_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Copy ``(hf_name, tensor)`` pairs into the live model (in place, converting dtype/device).
+
+        Names are the model's ``state_dict`` keys; with tied embeddings both ``model.embed_tokens.weight`` and
+        ``lm_head.weight`` address the same tensor, so either (or both) may be sent. Each tensor is either the
+        full weight or, for a tensor-parallel engine, exactly this rank's shard. A tensor that already *is* the
+        live parameter (shared module) is skipped. Names not sent keep their values.
+
+        Raises:
+            UnknownWeightError (KeyError): a name the model does not have (closest names suggested).
+            ValueError: a shape mismatch (both shapes named).
+        """
+        self.weights.update(weights)
 
     def sleep(self) -> None:
-        """Free accelerator memory between generations (hybrid mode).
+        """Free the memory of the weights this engine owns (``engine_kwargs.hf.sleep_level``).
 
-        Moves the weights of a model this engine loaded itself to CPU when it runs on an accelerator.
-        No-op on CPU (nothing to free: the KV cache only lives inside :meth:`generate`) and for a live
-        model passed in by the caller (moving it would move the trainer's module).
+        Level 1 moves them to host memory on an accelerator (a no-op on CPU); level 2 discards them on any
+        device (the next sync refills them). A live module passed in by the caller (the trainer's) is never
+        touched. The KV cache only lives inside :meth:`generate`, so there is nothing else to free.
         """
-        if self.owns_model and self.device.type != "cpu" and not self._asleep:
-            self.model.to("cpu")
-            self._asleep = True
-            device_module = getattr(torch, self.device.type, None)
-            if device_module is not None and hasattr(device_module, "empty_cache"):
-                device_module.empty_cache()
+        self.weights.sleep()
 
-    def wake_up(self) -> None:
-        """Undo :meth:`sleep` (no-op where sleep was); :meth:`generate` calls it automatically."""
-        if self._asleep:
-            self.model.to(self.device)
-            self._asleep = False
+    def wake_up(self, tags: Any = None) -> None:
+        """Undo :meth:`sleep` for ``tags`` (``weights`` and/or ``kv_cache``; None = both).
+
+        ``kv_cache`` is a no-op (the cache is allocated per :meth:`generate` call); ``weights`` re-allocates
+        (level 2: uninitialised, to be filled by :meth:`update_weights`). :meth:`generate` wakes up itself.
+
+        Raises:
+            ValueError: an unknown tag.
+        """
+        if "weights" in check_tags(tags):
+            self.weights.wake_up()
+
+
+def options_from_config(config: Any) -> Any:
+    """``config.engine_kwargs["hf"]`` (a dict or an options instance) as :class:`HFRolloutOptions`."""
+    from verl.engines.reference.builders import HFRolloutOptions
+
+    raw = (_cfg(config, "engine_kwargs", {}) or {}).get("hf", {}) or {}
+    return raw if isinstance(raw, HFRolloutOptions) else HFRolloutOptions(**dict(raw))
 
 
 def build_hf_rollout(config: Any, model_path: Any, tokenizer: Any = None, *, device: Any = None) -> HFRolloutEngine:
@@ -340,3 +416,6 @@ def build_hf_rollout(config: Any, model_path: Any, tokenizer: Any = None, *, dev
     ``model_path`` may also be a live model (shared with the trainer); see :class:`HFRolloutEngine`.
     """
     return HFRolloutEngine(model_path, tokenizer, config, device=device)
+
+
+__all__ = ["HFRolloutEngine", "StaleWeightsError", "UnknownWeightError", "build_hf_rollout", "options_from_config"]

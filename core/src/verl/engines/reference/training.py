@@ -35,6 +35,7 @@ from verl.engines.dtypes import resolve_dtype
 from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budget_plan, trim_padding
 from verl.engines.optim import build_lr_scheduler, build_optimizer
 from verl.engines.packing import pack_batch, packed_forward_kwargs, packed_token_plan
+from verl.engines.reference.offload import HostOffload
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class EngineSettings:
     use_remove_padding: bool = False
 
 
-class ReferenceTrainingEngine:
+class ReferenceTrainingEngine(HostOffload):
     """Trains (or, with ``optim=None``, only evaluates) a causal LM in one process.
 
     Args:
@@ -88,6 +89,11 @@ class ReferenceTrainingEngine:
             reference policy for ``use_kl_loss`` / in-reward KL).
         total_training_steps: horizon of the LR schedule (training steps).
         device: torch device to run on (from the platform).
+        param_offload: :meth:`offload` moves the weights to host memory (verl's ``fsdp_config.param_offload``).
+        optimizer_offload: :meth:`offload` moves the optimizer state to host memory.
+
+    Offloading is driven by the trainer between phases (rollout generates while the trainer is offloaded);
+    every method that needs the weights onloads them first. On the CPU nothing moves.
 
     Raises:
         ValueError: for an unknown dtype or a model that cannot be loaded as a causal LM.
@@ -104,9 +110,14 @@ class ReferenceTrainingEngine:
         optim: Any = None,
         total_training_steps: int = 1,
         device: torch.device | str = "cpu",
+        param_offload: bool = False,
+        optimizer_offload: bool = False,
     ) -> None:
         self.settings = settings
         self.device = torch.device(device)
+        self.param_offload = bool(param_offload)
+        self.optimizer_offload = bool(optimizer_offload)
+        self.offloaded = False
         dtype = resolve_dtype(
             settings.dtype, self.device, field="actor_rollout_ref.actor.engine_kwargs.reference.dtype"
         )
@@ -265,6 +276,7 @@ class ReferenceTrainingEngine:
         """
         from verl.protocol import DataProto
 
+        self.onload()
         s = self.settings
         temperature = float(data.meta_info.get("temperature", 1.0))
         plan = self._plan(
@@ -310,6 +322,7 @@ class ReferenceTrainingEngine:
         """
         if not self.trainable:
             raise RuntimeError("this engine is forward-only (built with optim=None) and cannot train")
+        self.onload()
         s = self.settings
         n = len(data)
         mini = min(s.mini_batch_size, n)
@@ -392,13 +405,44 @@ class ReferenceTrainingEngine:
 
     # ------------------------------------------------------------------ weights & state
 
-    def iter_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def iter_weights(
+        self, layout: Any = None, *, bucket_bytes: int = 1 << 30, stats: Any = None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """Yield ``(hf_name, tensor)`` for every entry of the model's state dict.
 
+        Args:
+            layout: the rollout's :class:`~verl.engines.weight_sync.layout.WeightLayout` (None: whole tensors).
+                This engine is one process, so only a one-rank layout fits; its slices are views.
+            bucket_bytes: unused here (nothing crosses processes); part of the protocol for sharded engines.
+            stats: a :class:`~verl.engines.weight_sync.reshard.ReshardStats` filled in when ``layout`` is given.
+
         Tensors are detached views of the live weights (no copy): consumers copy them.
+
+        Raises:
+            ValueError: a layout over more than one rank.
         """
-        for name, tensor in self.model.state_dict().items():
-            yield name, tensor.detach()
+        self.onload()
+        if layout is None:
+            for name, tensor in self.model.state_dict().items():
+                yield name, tensor.detach()
+            return
+        from verl.engines.weight_sync.reshard import reshard_weights
+
+        yield from reshard_weights(
+            self.model.state_dict().items(),
+            layout,
+            bucket_bytes=bucket_bytes,
+            rank=0,
+            world_size=1,
+            stats=stats,
+            dedupe_tied=False,
+        )
+
+    def weight_manifest(self, layout: Any = None) -> list[tuple[str, tuple[int, ...]]]:
+        """``(hf_name, shape)`` of what :meth:`iter_weights` (with ``layout``) will yield, without moving data."""
+        from verl.engines.weight_sync.layout import local_shape
+
+        return [(n, local_shape(layout, n, tuple(t.shape), 0)) for n, t in self.model.state_dict().items()]
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer and LR-scheduler state plus step counters (for checkpoints).
@@ -406,6 +450,7 @@ class ReferenceTrainingEngine:
         Tensors are live references (as ``nn.Module.state_dict``): serialise them (``torch.save``)
         before training further.
         """
+        self.onload()
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "global_step": self.global_step,
@@ -418,6 +463,7 @@ class ReferenceTrainingEngine:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output (strict: every model key must match)."""
+        self.onload()
         self.model.load_state_dict(state["model"], strict=True)
         self.global_step = int(state.get("global_step", 0))
         self.skipped_steps = int(state.get("skipped_steps", 0))
@@ -430,6 +476,7 @@ class ReferenceTrainingEngine:
 
         The exported config has ``use_cache: true`` (the engine turns the KV cache off for training).
         """
+        self.onload()
         self.model.config.use_cache = True
         try:
             self.model.save_pretrained(str(path))
@@ -437,16 +484,6 @@ class ReferenceTrainingEngine:
             self.model.config.use_cache = False
         if tokenizer is not None:
             tokenizer.save_pretrained(str(path))
-
-    def offload(self) -> None:
-        """Move weights to CPU (no-op on CPU)."""
-        if self.device.type != "cpu":
-            self.model.to("cpu")
-
-    def onload(self) -> None:
-        """Move weights back to the engine's device (no-op on CPU)."""
-        if self.device.type != "cpu":
-            self.model.to(self.device)
 
 
 def _entropy(logits: torch.Tensor, logp_all: torch.Tensor, grad: bool) -> torch.Tensor:

@@ -2,12 +2,12 @@
 
 Standalone (disaggregated) rollout mode, as verl's ``nccl``/``hccl`` checkpoint engines
 (``verl/checkpoint_engine``, anatomy §7.1): trainer and rollout workers are different processes, so
-they meet in a separate process group (:mod:`verl.engines.sync.group`) of ``1 + rollout workers``
+they meet in a separate process group (:mod:`verl.engines.weight_sync.group`) of ``1 + rollout workers``
 ranks. Rank 0 (the trainer's rank 0) streams ``trainer.iter_weights()`` into flat byte buckets of at
 most ``checkpoint_engine.update_weights_bucket_megabytes`` MiB and broadcasts, per bucket::
 
     meta   int64 (2,)            [header_nbytes, bucket_nbytes]   (header_nbytes 0: end, -1: sender failed)
-    header uint8 (header_nbytes) JSON [{name, dtype, shape, offset}, ...]   (verl.engines.sync.buckets)
+    header uint8 (header_nbytes) JSON [{name, dtype, shape, offset}, ...]   (verl.engines.weight_sync.buckets)
     bucket uint8 (bucket_nbytes) raw tensor bytes at 64-byte aligned offsets
 
 Every receiver hands each bucket's tensors (views into the bucket, no copy) to
@@ -24,7 +24,7 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from verl.engines.sync.buckets import (
+from verl.engines.weight_sync.buckets import (
     ALIGN,
     BucketPlanner,
     as_bytes,
@@ -36,7 +36,7 @@ from verl.engines.sync.buckets import (
     tensor_nbytes,
     unpack_bucket,
 )
-from verl.engines.sync.group import check_backend, make_backend, make_store
+from verl.engines.weight_sync.group import check_backend, make_backend, make_store
 
 _END, _ABORT = 0, -1
 
@@ -92,7 +92,7 @@ class BroadcastCheckpointEngine:
     * non-member trainer rank (``init_group(rank=None)``): only drains ``trainer.iter_weights()``, which
       is collective for sharded trainers (FSDP gathers each full tensor on all ranks);
     * both given in one process: no group is used, the tensors are handed over directly exactly like
-      :class:`verl.engines.reference.checkpoint.ColocatedCheckpointEngine` (``shared`` in the metrics).
+      :class:`verl.engines.weight_sync.colocated.ColocatedCheckpointEngine` (``shared`` in the metrics).
 
     Tensors yielded by ``iter_weights`` are held (not copied) until their bucket is packed and sent, so a
     trainer must not overwrite a yielded tensor in place while it yields the rest of that bucket. Sender
@@ -103,19 +103,23 @@ class BroadcastCheckpointEngine:
         config: the ``checkpoint_engine`` section (``update_weights_bucket_megabytes``, ``engine_kwargs``).
         platform: :class:`verl.platform.Platform` whose ``dist_backend`` builds the group; default
             :func:`verl.platform.current_platform`.
+        backend: another collective backend for the group, e.g. ``gloo`` (host memory) when sender and
+            receivers share one accelerator (colocated placement: NCCL refuses two ranks on one GPU).
 
     Raises:
         ConfigError: unknown or invalid ``engine_kwargs.broadcast`` options.
         ValueError: a non-positive bucket size.
     """
 
-    def __init__(self, config: Any, platform: Any = None) -> None:
+    def __init__(self, config: Any, platform: Any = None, *, backend: str | None = None) -> None:
         if platform is None:
             from verl.platform import current_platform
 
             platform = current_platform()
         self.config = config
         self.platform = platform
+        # The group's collective backend; default the platform's (gloo, nccl, hccl).
+        self.backend = backend or platform.dist_backend
         self.options = _options(config)
         if self.options.bucket_bytes is not None:
             self.bucket_bytes = int(self.options.bucket_bytes)
@@ -148,7 +152,7 @@ class BroadcastCheckpointEngine:
 
         Args:
             master_addr: host of rank 0 (reachable from every rollout worker).
-            master_port: free port there (e.g. :func:`verl.engines.sync.free_port` on rank 0's host).
+            master_port: free port there (e.g. :func:`verl.engines.weight_sync.free_port` on rank 0's host).
             rank: 0 for the trainer's sender, ``1..world_size-1`` for rollout workers, ``None`` for a
                 trainer rank that only drains ``iter_weights`` (no connection is made).
             world_size: ``1 + number of rollout workers``, at least 2.
@@ -169,7 +173,7 @@ class BroadcastCheckpointEngine:
             raise SyncGroupError(
                 f"broadcast sync group: rank {rank} outside [0, {world_size}) (world_size={world_size})"
             )
-        backend = self.platform.dist_backend
+        backend = self.backend
         check_backend(backend)
         timeout = self.options.timeout_s if timeout_s is None else float(timeout_s)
         if device is not None:
@@ -210,7 +214,7 @@ class BroadcastCheckpointEngine:
         """
         start = time.perf_counter()
         if trainer is not None and rollout is not None:
-            from verl.engines.reference.checkpoint import ColocatedCheckpointEngine
+            from verl.engines.weight_sync.colocated import ColocatedCheckpointEngine
 
             metrics = ColocatedCheckpointEngine(self.config).sync(trainer, rollout)
             return {**metrics, "buckets": 0, "seconds": time.perf_counter() - start}
@@ -338,8 +342,14 @@ class BroadcastCheckpointEngine:
 
 
 def build_broadcast_checkpoint_engine(config: Any) -> BroadcastCheckpointEngine:
-    """Build the ``broadcast`` weight-sync engine from the root config (platform: ``trainer.device``)."""
+    """Build the ``broadcast`` weight-sync engine from the root config (platform: ``trainer.device``).
+
+    With ``rollout.placement=colocated`` the group runs on gloo through host memory: trainer and rollout
+    processes share each device, and NCCL/HCCL refuse two ranks on one device.
+    """
+    from verl.config.placement import rollout_placement
     from verl.platform import resolve_platform
 
     platform = resolve_platform(config.trainer.device)
-    return BroadcastCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine, platform)
+    backend = "gloo" if rollout_placement(config) == "colocated" else None
+    return BroadcastCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine, platform, backend=backend)

@@ -1,0 +1,305 @@
+"""One RL step as the named stages of DESIGN §5, with the hybrid engine's mode switches between them.
+
+    gen -> [gen_max] -> sleep -> onload -> [rm] -> reward -> old_log_prob -> ref -> [values] -> adv
+        -> [update_critic] -> update_actor -> [save_checkpoint] -> wake_up -> update_weights -> offload -> wake_up
+
+Each stage runs in :meth:`StepStages.stage`, which fires the test-only fault injection point of that name
+(:mod:`verl.trainer.faults`) and times it as ``timing_s/<stage>`` (verl's ``marked_timer``). ``values`` /
+``update_critic`` run with a critic, ``rm`` with a reward model, ``gen_max`` for ReMax; the first
+``trainer.critic_warmup`` steps skip ``update_actor``. The switches are :class:`~verl.trainer.switching.ModeSwitcher`'s.
+Source: verl ``RayPPOTrainer.fit`` (``verl/trainer/ppo/ray_trainer.py``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.trainer import faults
+from verl.trainer.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    marked_timer,
+    reduce_metrics,
+)
+from verl.trainer.switching import step_memory_metrics
+
+PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+class StepStages:
+    """The step of :class:`~verl.trainer.ppo_trainer.PPOTrainer` (a mixin: it reads the trainer's groups,
+    config, reward functions and counters)."""
+
+    config: Any
+    global_steps: int
+    _timing: dict[str, float]
+    _step_in_flight: int
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Run one stage of the step in flight: its fault injection point, then its timer ``timing_s/<name>``."""
+        faults.check(name, self._step_in_flight)
+        with marked_timer(name, self._timing):
+            yield
+
+    def train_step(self, batch: Any) -> dict[str, Any]:
+        """Run one RL step on a batch of prompts; returns the step's metrics."""
+        metrics: dict[str, Any] = {}
+        self._timing = timing = {}
+        self._step_in_flight = self.global_steps + 1  # as it will be logged: the fault injection points' step
+        with marked_timer("step", timing):
+            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            batch, n, baselines = self._generate(batch, metrics)
+            metrics.update(self.switcher.to_training(self.stage))
+            batch = self._score(batch, baselines, n, metrics)
+            batch = self._log_probs(batch, metrics)
+            batch = self._advantages(batch, n, metrics)
+            self._update(batch, metrics)
+            self.global_steps += 1
+            if self._should_save():
+                with self.stage("save_checkpoint"):
+                    self.save_checkpoint()
+            metrics.update(self.switcher.to_generation(self.stage))
+        if self.config.trainer.rollout_data_dir:
+            self._dump_rollouts(batch)
+        metrics.update(step_memory_metrics(metrics))
+        metrics.update(compute_data_metrics(batch, use_critic=self.critic_wg is not None))
+        metrics.update(compute_timing_metrics(batch, timing))
+        metrics.update(compute_throughput_metrics(batch, timing, n_gpus=self.world_size))
+        metrics.update(self.train_dataset.stats)  # data/skipped_rows, data/filtered_prompts, data/truncated_prompts
+        metrics["training/global_step"] = self.global_steps
+        metrics["training/epoch"] = (self.global_steps - 1) // self.steps_per_epoch
+        return metrics
+
+    # ------------------------------------------------------------------ stages
+
+    def _generate(self, batch: Any, metrics: dict[str, Any]) -> tuple[Any, int, Any]:
+        """``gen`` (and ReMax's ``gen_max``): the repeated prompts' responses joined to the batch (K13)."""
+        cfg = self.config
+        gen_batch, n = self._gen_batch(batch, validate=False)
+        with self.stage("gen"):
+            gen_out = self.rollout_wg.generate_sequences(gen_batch)
+        baselines = None
+        if cfg.algorithm.adv_estimator == "remax":
+            with self.stage("gen_max"):
+                baselines = self._greedy_baseline(batch)
+        batch = self._join_rollout(batch, gen_out, n)
+        if cfg.trainer.balance_batch and self.world_size > 1:
+            from verl.trainer.balance import balance_batch
+
+            metrics.update(balance_batch(batch, self.world_size))
+        # The temperature the rollout's log-probs used (K09): greedy decoding scores untempered logits.
+        rollout_cfg = cfg.actor_rollout_ref.rollout
+        batch.meta_info["temperature"] = rollout_cfg.temperature if rollout_cfg.do_sample else 1.0
+        batch.meta_info.pop("timing", None)
+        return batch, n, baselines
+
+    def _score(self, batch: Any, baselines: Any, n: int, metrics: dict[str, Any]) -> Any:
+        """``rm`` (reward model) and ``reward`` (rule scorers, combined per ``reward_model.combine``)."""
+        cfg = self.config
+        if self.rm_wg is not None:
+            with self.stage("rm"):
+                batch = batch.union(self.rm_wg.compute_rm_score(batch))
+        with self.stage("reward"):
+            if self.rm_wg is None or cfg.reward_model.combine == "sum":
+                self._reward(batch, self.reward_fn, metrics)
+            if self.rm_wg is not None:
+                from verl.trainer.roles import combine_scores
+
+                rule = batch.batch["token_level_scores"] if "token_level_scores" in batch.batch.keys() else None
+                batch.batch["token_level_scores"] = combine_scores(
+                    rule, batch.batch["rm_scores"], cfg.reward_model.combine
+                )
+        if baselines is not None:
+            batch.batch["reward_baselines"] = baselines.repeat_interleave(n)
+        return batch
+
+    def _log_probs(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        """``old_log_prob`` (or its reuse, see :meth:`old_log_prob_source`), ``ref`` and the critic's ``values``."""
+        from verl.algorithms import agg_loss
+
+        actor = self.config.actor_rollout_ref.actor
+        wg = self.actor_rollout_wg
+        source = self.old_log_prob_source()
+        batch.meta_info["old_log_prob_source"] = source
+        if source == "rollout":
+            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+        elif source == "recompute":
+            with self.stage("old_log_prob"):
+                old = wg.compute_log_prob(batch)
+                entropys = old.batch.pop("entropys")
+                metrics["actor/entropy"] = float(agg_loss(entropys, batch.batch["response_mask"], actor.loss_agg_mode))
+                old.meta_info.clear()
+                batch = batch.union(old)
+        if self.use_reference_policy:
+            with self.stage("ref"):
+                ref = wg.compute_ref_log_prob(batch)
+                ref.meta_info.clear()
+                batch = batch.union(ref)
+        if self.critic_wg is not None:
+            with self.stage("values"):
+                values = self.critic_wg.compute_values(batch)
+                values.meta_info.clear()
+                batch = batch.union(values)
+        return batch
+
+    def _advantages(self, batch: Any, n: int, metrics: dict[str, Any]) -> Any:
+        """``adv``: in-reward KL (optional), then the estimator on the driver."""
+        from verl.algorithms import apply_kl_penalty, compute_advantage
+
+        algo = self.config.algorithm
+        with self.stage("adv"):
+            if algo.use_kl_in_reward:
+                batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl, algo.kl_penalty)
+                metrics.update(kl_metrics)
+            else:
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            return compute_advantage(
+                batch,
+                adv_estimator=algo.adv_estimator,
+                gamma=algo.gamma,
+                lam=algo.lam,
+                num_repeat=n,
+                norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+                config=algo,
+            )
+
+    def _update(self, batch: Any, metrics: dict[str, Any]) -> None:
+        """``update_critic`` then ``update_actor`` (skipped for the first ``trainer.critic_warmup`` steps)."""
+        if self.critic_wg is not None:
+            with self.stage("update_critic"):
+                critic_out = self.critic_wg.update_critic(batch)
+            metrics.update(reduce_metrics(critic_out.meta_info["metrics"]))
+        # The first trainer.critic_warmup steps train only the critic (verl starts the actor at step
+        # critic_warmup itself, one step earlier: here the count is exactly the critic-only steps).
+        step = self._step_in_flight
+        if step > self.config.trainer.critic_warmup:
+            with self.stage("update_actor"):
+                out = self.actor_rollout_wg.update_actor(batch)
+            metrics.update(reduce_metrics(out.meta_info["metrics"]))
+            metrics.update(self.nonfinite_guard.observe(out.meta_info["metrics"], step))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _gen_batch(self, batch: Any, *, validate: bool) -> Any:
+        rollout = self.config.actor_rollout_ref.rollout
+        gen = batch.select(batch_keys=list(PROMPT_KEYS))
+        n = rollout.val_kwargs.n if validate else rollout.n
+        gen = gen.repeat(repeat_times=n, interleave=True)
+        # Seeding each call from (seed, step) makes a resumed run sample exactly what an uninterrupted
+        # run samples, without saving the sampler's RNG state; one seed per row (for engines that
+        # honour `sample_seed`) makes the samples independent of how rows are split over DP ranks.
+        seed = int(rollout.seed) * 1_000_003 + self.global_steps * 2 + int(validate)
+        gen.batch["sample_seed"] = seed * 100_003 + torch.arange(len(gen), dtype=torch.int64)
+        gen.meta_info.update(
+            {
+                "validate": validate,
+                "do_sample": rollout.val_kwargs.do_sample if validate else rollout.do_sample,
+                "global_steps": self.global_steps,
+                "seed": seed,
+            }
+        )
+        return gen, n
+
+    @staticmethod
+    def _join_rollout(batch: Any, gen_out: Any, n: int) -> Any:
+        """``batch.repeat(n, interleave=True)`` joined with the rollout output, row by row (K13).
+
+        The rollout returns full prompt+response versions of the prompt keys, which replace the
+        batch's. Its ``prompts`` must be the repeated prompts in the same row order: a backend that
+        reordered rows would silently grade responses against another prompt's answer.
+
+        Raises:
+            RuntimeError: the rollout output's rows do not follow the prompts' order.
+        """
+        batch = batch.repeat(repeat_times=n, interleave=True)
+        returned = gen_out.batch["prompts"].cpu() if "prompts" in gen_out.batch.keys() else None
+        if returned is not None:
+            # Both are left-padded; a backend may re-pad to another width, so compare the common
+            # right-aligned columns where the sent prompt has real tokens.
+            width = min(returned.shape[1], batch.batch["input_ids"].shape[1])
+            sent = batch.batch["input_ids"][:, -width:].cpu()
+            real = batch.batch["attention_mask"][:, -width:].cpu().bool()
+            mismatch = ((returned[:, -width:] != sent) & real).any(-1)
+        if returned is not None and bool(mismatch.any()):
+            bad = int(mismatch.nonzero()[0])
+            raise RuntimeError(
+                f"the rollout engine returned rows in a different order than its prompts (first mismatch at row "
+                f"{bad}); rollout engines must keep row i's response with prompt row i"
+            )
+        for key in PROMPT_KEYS:
+            batch.batch.pop(key)
+        return batch.union(gen_out)
+
+    def _reward(self, batch: Any, reward_fn: Any, metrics: dict[str, Any]) -> None:
+        result = reward_fn(batch, return_dict=True)
+        batch.batch["token_level_scores"] = result["reward_tensor"]
+        for key, values in result["reward_extra_info"].items():
+            if len(values) == len(batch):
+                batch.non_tensor_batch[f"reward_extra/{key}"] = np.array(values, dtype=object)
+        metrics.update(result["metrics"])
+
+    def old_log_prob_source(self) -> str:
+        """Where a step's old-policy log-probs come from: ``recompute``, ``on_policy`` or ``rollout``.
+
+        * ``rollout`` (``algorithm.rollout_correction.bypass_mode``): the rollout's ``rollout_log_probs``,
+          as verl's bypass mode; exact only when the rollout computes log-probs as the trainer does.
+        * ``on_policy`` (``actor.reuse_on_policy_log_prob``, the default, when the update is one optimizer
+          step over the whole batch: one epoch, ``ppo_mini_batch_size >= train_batch_size``, and no
+          in-reward KL, which reads the old log-probs before the update): the update's own forward,
+          detached, *is* the old policy's log-prob (same weights, same tokens), so the ratio is exactly 1;
+          verl's ``dp_actor`` uses it the same way (``on_policy``) and TRL skips the pass as well.
+          ``actor/entropy`` then comes from the update's forward (the same values).
+        * ``recompute``: a separate ``old_log_prob`` forward pass before the update (verl's default path).
+        """
+        cfg = self.config
+        actor = cfg.actor_rollout_ref.actor
+        if cfg.algorithm.rollout_correction.bypass_mode:
+            return "rollout"
+        one_step = actor.ppo_epochs == 1 and actor.ppo_mini_batch_size >= cfg.data.train_batch_size
+        if actor.reuse_on_policy_log_prob and one_step and not cfg.algorithm.use_kl_in_reward:
+            return "on_policy"
+        return "recompute"
+
+    def _greedy_baseline(self, batch: Any) -> torch.Tensor:
+        """ReMax's baseline: the score of one greedy response per prompt, ``(num_prompts,)`` float32.
+
+        Source: verl/trainer/ppo/ray_trainer.py (``gen_max`` stage) and arXiv:2310.10505.
+        """
+        from verl.protocol import DataProto
+
+        gen = batch.select(batch_keys=list(PROMPT_KEYS))
+        gen.meta_info.update({"do_sample": False, "global_steps": self.global_steps, "seed": 0})
+        out = self.rollout_wg.generate_sequences(gen)
+        scored = DataProto(batch=out.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})
+        rewards = self.reward_fn(scored, return_dict=True)["reward_tensor"]
+        return rewards.sum(-1).float()
+
+    def _should_save(self) -> bool:
+        freq = self.config.trainer.save_freq
+        last = self.global_steps >= self.total_training_steps
+        return freq > 0 and (self.global_steps % freq == 0 or last)
+
+    def _dump_rollouts(self, batch: Any) -> None:
+        """verl's ``trainer.rollout_data_dir``: one ``{step}.jsonl`` with every sample of the step."""
+        import json
+
+        path = Path(self.config.trainer.rollout_data_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        inputs = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
+        outputs = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
+        scores = batch.batch["token_level_scores"].sum(-1).tolist()
+        truths = [rm.get("ground_truth") for rm in batch.non_tensor_batch["reward_model"]]
+        uids = batch.non_tensor_batch["uid"]
+        with open(path / f"{self.global_steps}.jsonl", "w") as fh:
+            for i in range(len(batch)):
+                row = {"input": inputs[i], "output": outputs[i], "gts": truths[i], "score": scores[i]}
+                fh.write(json.dumps({**row, "uid": str(uids[i]), "step": self.global_steps}) + "\n")
