@@ -105,6 +105,23 @@ def test_three_steps_train_log_and_checkpoint(workspace, full_run):
     assert (full_run / "config.yaml").exists()
 
 
+def test_every_step_switches_the_hybrid_engine_and_logs_memory(full_run):
+    """The mode switches run every step (a no-op here: the hf rollout shares the reference trainer's module on
+    CPU), each timed; memory per phase comes from the platform (RSS on CPU)."""
+    steps = [r for r in _metrics(full_run) if r["step"] > 0]
+    for row in steps:
+        for key in ("sleep", "onload", "wake_up", "update_weights", "offload"):
+            assert row[f"timing_s/{key}"] >= 0, key
+        assert row["weight_sync/shared"] == 1.0 and row["weight_sync/tensors"] == 0  # same module: nothing moved
+        for phase in ("gen", "train", "update_weights"):
+            assert row[f"memory/{phase}/peak_allocated_gb"] > 0.1, phase  # a python process with torch: > 100 MB
+        assert row["perf/max_memory_allocated_gb"] == max(
+            row[f"memory/{phase}/peak_allocated_gb"] for phase in ("gen", "train", "update_weights")
+        )
+        assert 0 < row["perf/cpu_memory_used_gb"] < 1024
+        assert row["memory/sleep/allocated_after_gb"] > 0
+
+
 def test_verl_export_of_the_last_checkpoint_equals_the_final_actor(full_run, tmp_path, capsys):
     from safetensors.torch import load_file
 

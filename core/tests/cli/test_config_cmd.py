@@ -126,3 +126,13 @@ def test_real_process_prints_no_traceback() -> None:
     assert proc.stdout == ""
     assert "actor_rollout_ref.actor.ppo_epochs" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_show_prints_the_resolved_rollout_dtype_and_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    """rollout.dtype auto resolves per device (float32 on this CPU); the summary is YAML comments."""
+    assert main(["config", "show", "--schema-defaults", "trainer.device=cpu"]) == 0
+    out = capsys.readouterr().out
+    assert load_yaml(out)["actor_rollout_ref"]["rollout"]["dtype"] == "auto"
+    assert "#   actor_rollout_ref.rollout.dtype: float32  # from 'auto'" in out
+    assert "#   actor_rollout_ref.rollout.placement: hybrid" in out
+    assert "# resolved on this machine (platform cpu):" in out

@@ -60,11 +60,11 @@ def default_table() -> dict[str, dict[str, Any]]:
             "fsdp": spec("fsdp", FsdpOptions, capabilities=frozenset({"data_parallel"})),
         },
         "rollout_engine": {
-            "hf": spec("hf"),
+            "hf": spec("hf", capabilities=frozenset({"tensor_parallel"})),
             "vllm": spec("vllm", VllmOptions),
             "sglang": spec("sglang", devices=("cuda",)),
         },
-        "checkpoint_engine": {"colocated": spec("colocated")},
+        "checkpoint_engine": {"colocated": spec("colocated"), "broadcast": spec("broadcast")},
     }
 
 

@@ -85,6 +85,57 @@ def ppo_config(model_path: str, strategy: str):
     )
 
 
+SYNC_BUCKET = 4096  # bytes: several resharding buckets for the tiny model
+SYNC_PROMPTS = ["hello world", "abc", "x y z 1 2 3", "RL!"]
+
+
+def rollout_config(tp: int) -> SimpleNamespace:
+    return SimpleNamespace(
+        response_length=6, calculate_log_probs=True, temperature=1.0, tensor_model_parallel_size=tp, engine_kwargs={}
+    )
+
+
+def rollout_outputs(engine) -> dict[str, torch.Tensor]:
+    """Greedy and seeded-sampling generations of :data:`SYNC_PROMPTS` (the oracle runs the same)."""
+    from verl.testing.tiny import make_tiny_tokenizer
+
+    enc = make_tiny_tokenizer()(SYNC_PROMPTS, return_tensors="pt", padding=True)
+    out = {}
+    for mode, meta in (("greedy", {"validate": True}), ("sampled", {})):
+        tensors = {"input_ids": enc.input_ids, "attention_mask": enc.attention_mask}
+        if mode == "sampled":
+            tensors["sample_seed"] = torch.arange(len(SYNC_PROMPTS), dtype=torch.int64) + 7
+        batch = engine.generate(DataProto.from_dict(tensors=tensors, meta_info=meta)).batch
+        out[mode] = {k: batch[k].clone() for k in ("responses", "response_mask", "rollout_log_probs")}
+    return out
+
+
+def hybrid_sync(trainer, model_dir: Path, tp: int) -> dict:
+    """A fresh hf rollout (from the untrained checkpoint) synced from ``trainer``; what moved, what it cost."""
+    from verl.engines.reference.rollout import HFRolloutEngine
+    from verl.engines.weight_sync.colocated import ColocatedCheckpointEngine
+    from verl.testing.memory import AllocationTracker
+    from verl.testing.tiny import make_tiny_tokenizer
+
+    rollout = HFRolloutEngine(model_dir, make_tiny_tokenizer(), rollout_config(tp), device="cpu")
+    section = SimpleNamespace(
+        update_weights_bucket_megabytes=1, engine_kwargs={"colocated": {"bucket_bytes": SYNC_BUCKET}}
+    )
+    with AllocationTracker() as tracker:
+        metrics = ColocatedCheckpointEngine(section).sync(trainer, rollout)
+    local = {
+        n: tuple(t.to_local().shape) if hasattr(t, "to_local") else tuple(t.shape)
+        for n, t in rollout.model.state_dict().items()
+    }
+    return {
+        "metrics": metrics,
+        "peak": tracker.peak,
+        "shapes": tracker.shapes,
+        "local_shapes": local,
+        "outputs": rollout_outputs(rollout),
+    }
+
+
 def run(out: Path) -> None:
     import torch.distributed as dist
     from verl_fsdp.builder import build_fsdp_training_engine
@@ -160,6 +211,12 @@ def run(out: Path) -> None:
         res[f"{how}_resumed_metrics"] = train(fresh, local, token_mean_loss, steps=1)
         res[f"{how}_resumed_weights"] = weights(fresh)
     eng.save_hf(out / "hf", tokenizer=None)
+    # 6. the hybrid engine's sync: FSDP DP=2 shards -> hf rollout TP=2 (one replica) and TP=1 (two replicas).
+    eng = engine(micro_batch_size=2)
+    train(eng, local, token_mean_loss)
+    res["sync_weights"] = weights(eng)
+    for tp in (2, 1):
+        res[f"sync_tp{tp}"] = hybrid_sync(eng, model_dir, tp)
     torch.save(res, out / f"rank{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()

@@ -63,4 +63,33 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(to_yaml(cfg))
+    sys.stdout.write(resolved_summary(cfg))
     return 0
+
+
+def resolved_summary(cfg: object) -> str:
+    """YAML comment lines with what the config resolves to on this machine (so the output stays valid YAML).
+
+    The platform (``trainer.device`` or the probes), the rollout's dtype (``auto`` -> float32 on CPU, bfloat16
+    on accelerators), its placement and its tensor-parallel layout (replicas x ranks per replica).
+    """
+    from verl.config.placement import rollout_placement, rollout_world_size
+    from verl.engines.dtypes import resolve_dtype
+
+    rollout = cfg.actor_rollout_ref.rollout
+    try:
+        from verl.platform import resolve_platform
+
+        platform = resolve_platform(cfg.trainer.device)
+        device, where = platform.device_type, f"platform {platform.name}"
+    except Exception as exc:  # an unavailable device is reported, not raised: show must still print the config
+        device, where = "cpu", f"platform unresolved ({exc}); assuming cpu"
+    dtype = str(resolve_dtype(rollout.dtype, device, field="actor_rollout_ref.rollout.dtype")).removeprefix("torch.")
+    world, tp = rollout_world_size(cfg), int(rollout.tensor_model_parallel_size)
+    lines = [
+        f"resolved on this machine ({where}):",
+        f"  actor_rollout_ref.rollout.dtype: {dtype}  # from {rollout.dtype!r}",
+        f"  actor_rollout_ref.rollout.placement: {rollout_placement(cfg)}",
+        f"  rollout world: {world} ranks = {max(world // max(tp, 1), 1)} replicas x tensor_model_parallel_size {tp}",
+    ]
+    return "".join(f"# {line}\n" for line in lines)

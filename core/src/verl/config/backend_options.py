@@ -7,7 +7,8 @@
   ``options_cls`` (an unknown option is an error naming
   ``actor_rollout_ref.rollout.engine_kwargs.vllm.<key>``); a backend without an options class
   takes no options;
-* a training engine used on more than one worker declares the ``data_parallel`` capability;
+* a training engine used on more than one worker declares the ``data_parallel`` capability; a rollout
+  engine with ``rollout.tensor_model_parallel_size > 1`` declares ``tensor_parallel``;
 * ``algorithm.adv_estimator`` and ``actor.policy_loss.loss_mode`` name registered functions.
 
 When ``verl.plugins`` / ``verl.algorithms`` cannot be imported (e.g. a stripped-down
@@ -193,6 +194,14 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
                 f"training engine {name!r} runs in a single process and cannot train on {world} workers "
                 "(trainer.nnodes x trainer.n_gpus_per_node); use a data-parallel engine such as "
                 f"{name_key}=fsdp (pip install verl-fsdp) or set trainer.n_gpus_per_node=1",
+            )
+        tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
+        if kind == "rollout_engine" and tp > 1 and "tensor_parallel" not in capabilities:
+            report.error(
+                f"{ARR}.rollout.tensor_model_parallel_size",
+                f"={tp}, but rollout engine {name!r} does not declare tensor parallelism (capability "
+                "'tensor_parallel'); use tensor_model_parallel_size=1 or a rollout engine that splits the model "
+                "(hf, vllm)",
             )
         path = f"{kwargs_key}.{name}"
         try:

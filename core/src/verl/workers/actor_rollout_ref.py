@@ -34,7 +34,7 @@ class ActorRolloutRefWorker(Worker):
     Args:
         config: :class:`verl.config.RootConfig`.
         role: one of ``actor``, ``rollout``, ``ref``, ``actor_ref``, ``actor_rollout``, ``actor_rollout_ref``
-            (``actor_ref`` and ``rollout`` are the two pools of standalone mode, ``rollout.nnodes > 0``).
+            (``actor_ref`` and ``rollout`` are the two pools of the colocated and standalone placements).
 
     Raises:
         ValueError: unknown role.
@@ -58,6 +58,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self, total_training_steps: int = 1) -> dict[str, Any]:
         """Resolve the model, build the engines of this worker's roles; returns a short summary."""
+        from verl.config.placement import separate_rollout_pool
         from verl.models import load_tokenizer, resolve_model_path
         from verl.platform import resolve_platform
         from verl.plugins import get_plugin_manager
@@ -112,10 +113,10 @@ class ActorRolloutRefWorker(Worker):
                 "rollout", dp_rank=self.rank // tp, dp_size=self.world_size // tp, is_collect=self.rank % tp == 0
             )
         if (self.actor is not None and self.rollout is not None) or (
-            arr.rollout.nnodes > 0 and (self._is_actor or self._is_rollout)
+            separate_rollout_pool(cfg) and (self._is_actor or self._is_rollout)
         ):
-            # Hybrid: hand-over inside this process. Standalone: this side of a cross-pool sync group,
-            # joined later with init_weight_sync.
+            # Hybrid: hand-over inside this process. Colocated / standalone: this side of a cross-pool sync
+            # group, joined later with init_weight_sync.
             backend = arr.rollout.checkpoint_engine.backend
             self.weight_sync = pm.get("checkpoint_engine", backend).factory(cfg)
         self.phases = PhasePeaks(platform)
@@ -263,7 +264,7 @@ class ActorRolloutRefWorker(Worker):
         Sync ranks: the actor's rank 0 is the sender (0); other actor ranks only take part in the
         weight gather; rollout rank ``r`` is ``1 + r``.
         """
-        self._need(self.weight_sync, "weight sync (set actor_rollout_ref.rollout.nnodes > 0)")
+        self._need(self.weight_sync, "weight sync (set actor_rollout_ref.rollout.placement=colocated or standalone)")
         if self._is_actor:
             rank = 0 if self.rank == 0 else None
         else:

@@ -25,7 +25,7 @@ from verl.engines.reference.sampling import resolve_sampling_params
 from verl_vllm.backend import device_type, engine_environment, import_vllm
 from verl_vllm.options import VLLMRolloutOptions
 from verl_vllm.translate import collect_outputs, max_tokens_per_row, row_seeds, sampling_kwargs, strip_left_padding
-from verl_vllm.weights import UnknownWeightError, check_update, checkpoint_shapes
+from verl_vllm.weights import UnknownWeightError, check_specs, checkpoint_shapes, reload_batches, tied_embeddings
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
@@ -77,6 +77,11 @@ class VLLMRolloutEngine:
         device: ``cpu`` or ``cuda[:i]``.
         options: overrides ``config.engine_kwargs["vllm"]``.
 
+    Tensor parallelism: ``config.tensor_model_parallel_size = T`` in a torch.distributed world of ``W`` ranks
+    (``T`` dividing ``W``) builds every engine with ``distributed_executor_backend="external_launcher"``:
+    consecutive ``T`` ranks are one vLLM engine (TP group), ``W / T`` engines in all; every rank of a group
+    must call :meth:`generate` and :meth:`update_weights` with the same arguments.
+
     Raises:
         UnsupportedDeviceError (ValueError): a device other than cpu/cuda.
         VLLMNotInstalledError (ImportError): vLLM missing; names ``pip install 'verl-vllm[cpu]'`` / ``[cuda]``.
@@ -107,6 +112,8 @@ class VLLMRolloutEngine:
         self.pad_token_id = int(pad) if pad is not None else self.eos_token_ids[0]
         self.max_model_len = self._max_model_len()
         self._checkpoint_shapes = checkpoint_shapes(self.model_path)
+        self._tied = tied_embeddings(self.model_path)
+        self.tp_size, self.layout = self._parallel_layout()
         self.dtype = self.options.dtype or self._config_dtype()
         self.sleep_level = int(self.options.sleep_level)
         self.sleep_mode = self.device_type == "cuda" and bool(self.options.enable_sleep_mode)
@@ -122,8 +129,12 @@ class VLLMRolloutEngine:
             "enforce_eager": self._enforce_eager(),
             # Log-probs of the distribution actually sampled from (logits / T), as verl configures vLLM.
             "logprobs_mode": "processed_logprobs",
-            "tensor_parallel_size": 1,
+            "tensor_parallel_size": self.tp_size,
         }
+        if self.layout is not None:
+            # SPMD inside the trainer's world: each process is one TP rank; consecutive tp_size ranks form one
+            # engine (vLLM's "external DP" layout), every rank of a group gets the same requests.
+            kwargs["distributed_executor_backend"] = "external_launcher"
         chunked = self.options.enable_chunked_prefill
         if chunked is None and self.device_type == "cpu":
             # vLLM 0.32 rewinds a seeded request's generator after a partial (chunked) prefill with
@@ -139,11 +150,17 @@ class VLLMRolloutEngine:
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process; the
         # colocated trainer keeps control of its thread count, so the original is put back.
         set_num_threads = torch.set_num_threads
+        local_world = os.environ.get("LOCAL_WORLD_SIZE")
         start = time.perf_counter()
         try:
             self.llm = vllm.LLM(**kwargs)
         finally:
             torch.set_num_threads = set_num_threads
+            # vLLM's CPU platform overwrites LOCAL_WORLD_SIZE with the TP size; the trainer's workers read it.
+            if local_world is None:
+                os.environ.pop("LOCAL_WORLD_SIZE", None)
+            else:
+                os.environ["LOCAL_WORLD_SIZE"] = local_world
         self.startup_seconds = time.perf_counter() - start
         self._vllm = vllm
         self._asleep = False
@@ -152,6 +169,35 @@ class VLLMRolloutEngine:
         self.last_stats: dict[str, float] = {}
 
     # ------------------------------------------------------------------ construction helpers
+    def _parallel_layout(self) -> tuple[int, Any]:
+        """``(tensor_parallel_size, weight layout or None)`` from ``rollout.tensor_model_parallel_size`` and the
+        torch.distributed world this process is a rank of.
+
+        In a world of several ranks every rank receives *whole* weights from the sync (the layout's TP size
+        is 1): vLLM's weight loaders take full HF tensors and narrow them to the rank's shard themselves (and
+        on CPU repack them, so shards cannot be written in place). The sync streams them bucket by bucket.
+
+        Raises:
+            ValueError: a TP size that does not divide the world, or TP > 1 without a world of that many ranks.
+        """
+        import torch.distributed as dist
+
+        from verl.engines.weight_sync.layout import TP_KEY, TensorParallelLayout, divisors
+
+        tp = int(_cfg(self.config, "tensor_model_parallel_size", 1))
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        if tp < 1 or world % tp or (tp > 1 and world < tp):
+            raise ValueError(
+                f"{TP_KEY}={tp}: the vllm rollout needs a torch.distributed world whose size is a multiple of it "
+                f"(this process's world: {world} ranks; valid: {divisors(world)}); tensor parallelism runs one "
+                "vLLM TP rank per trainer worker (trainer.controller=ray, trainer.n_gpus_per_node x nnodes workers)"
+            )
+        return tp, (TensorParallelLayout(world, 1, {}) if world > 1 else None)
+
+    def weight_layout(self) -> Any:
+        """Whole tensors on every rank (see :meth:`_parallel_layout`), or None in a one-process world."""
+        return self.layout
+
     def _config_dtype(self) -> str:
         value = _cfg(self.config, "dtype", "auto")
         name = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}.get(str(value), str(value))
@@ -269,18 +315,28 @@ class VLLMRolloutEngine:
         return DataProto.from_dict(tensors=tensors, meta_info={"timing": {"generate_sequences": seconds}})
 
     # ------------------------------------------------------------------ weights and memory
+    def check_weights(self, specs: Any) -> None:
+        """Refuse an update of these ``(hf_name, shape)`` pairs before anything is loaded (names and full
+        shapes of the checkpoint, fused q/k/v and gate/up groups complete).
+
+        Raises:
+            UnknownWeightError (KeyError): a name the checkpoint does not have (closest names suggested).
+            ValueError: a shape mismatch, or part of a fused group.
+        """
+        check_specs(specs, self._checkpoint_shapes)
+
     def update_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
         """Load ``(hf_name, tensor)`` pairs into the running vLLM model, then reset the prefix cache.
 
-        The pairs go through the worker's ``reload_weights`` (vLLM's in-place reload: the model's own
-        ``load_weights`` fuses q/k/v and gate/up projections and converts dtype/device, then the layers'
-        post-load processing runs again), inside this process; names not sent keep their values. Cached prefix
-        KV blocks were computed with the old weights, so the prefix cache is reset: the next generation
-        uses the new weights only. After a level-2 ``sleep`` the weights are woken up first.
-
-        The update is checked first (names and shapes against the checkpoint, fused q/k/v and gate/up groups
-        complete; :func:`verl_vllm.weights.check_update`), so a bad update raises and loads nothing; the
-        pairs are held in a list for that (the tensors the trainer yields, until they are loaded).
+        The stream is cut into batches of about ``checkpoint_engine.update_weights_bucket_megabytes`` that
+        each hold complete fused groups (:func:`verl_vllm.weights.reload_batches`); each batch goes through the
+        worker's ``reload_weights`` (vLLM's in-place reload: the model's own ``load_weights`` fuses q/k/v and
+        gate/up, narrows to this TP rank's shard, casts, and the layers' post-load processing runs again),
+        inside this process. So the receiver holds one batch of whole tensors at a time, never the model.
+        Each batch is checked first (names, shapes, complete groups): a bad batch raises and loads nothing;
+        the trainer's sync checks the whole update up front (:meth:`check_weights`) so a bad update loads
+        nothing at all. Names not sent keep their values. With tied embeddings ``lm_head.weight`` is loaded
+        with ``model.embed_tokens.weight`` (vLLM's CPU LM head keeps a packed copy of its own).
 
         Raises:
             UnknownWeightError (KeyError): a name the checkpoint does not have (closest names suggested).
@@ -289,14 +345,15 @@ class VLLMRolloutEngine:
         if self._asleep and "weights" not in self._awake_tags:
             self.llm.wake_up(tags=["weights"])
             self._awake_tags.add("weights")
-        pairs = list(weights)
-        check_update(pairs, self._checkpoint_shapes)
-        # The worker's in-place reload: vLLM's CPU (and quantised) layers repack weights after loading, so
-        # plain ``model.load_weights`` cannot reach them; reload_weights restores the checkpoint layout,
-        # loads (fusing q/k/v and gate/up, casting dtype/device) and re-runs the post-load processing.
-        self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": iter(pairs), "is_checkpoint_format": True}
-        )
+        megabytes = getattr(getattr(self.config, "checkpoint_engine", None), "update_weights_bucket_megabytes", None)
+        bucket = int((megabytes or 2048) * (1 << 20))
+        for batch in reload_batches(weights, self._checkpoint_shapes, bucket_bytes=bucket, tied=self._tied):
+            # vLLM's CPU and quantised layers repack weights after loading, so plain ``model.load_weights``
+            # cannot reach them; reload_weights restores the checkpoint layout, loads and re-runs the processing.
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": iter(batch), "is_checkpoint_format": True}
+            )
+            del batch
         self.llm.reset_prefix_cache()
         self._weights_stale = False
 
@@ -315,16 +372,27 @@ class VLLMRolloutEngine:
         self._awake_tags = set()
         self._weights_stale = self.sleep_level == 2
 
-    def wake_up(self) -> None:
-        """Undo :meth:`sleep` (no-op when awake or on cpu); :meth:`generate` calls it automatically."""
+    def wake_up(self, tags: Any = None) -> None:
+        """Undo :meth:`sleep` for ``tags`` (``weights``, ``kv_cache``; None = both; no-op when awake or on cpu);
+        :meth:`generate` wakes everything itself.
+
+        Raises:
+            ValueError: an unknown tag.
+        """
+        wanted = ("weights", "kv_cache") if tags is None else tuple(tags)
+        bad = [t for t in wanted if t not in ("weights", "kv_cache")]
+        if bad:
+            raise ValueError(f"wake_up tags must be among ['weights', 'kv_cache'], got {bad}")
         if not self._asleep:
             return
-        tags = [tag for tag in ("weights", "kv_cache") if tag not in self._awake_tags]
-        if tags:
-            self.llm.wake_up(tags=tags)
-        self._asleep = False
-        self._awake_tags = set()
-        self.llm.reset_prefix_cache()
+        missing = [tag for tag in wanted if tag not in self._awake_tags]
+        if missing:
+            self.llm.wake_up(tags=missing)
+            self._awake_tags.update(missing)
+        if {"weights", "kv_cache"} <= self._awake_tags:
+            self._asleep = False
+            self._awake_tags = set()
+            self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         """Shut the vLLM engine down and free its memory (the engine is unusable afterwards)."""

@@ -29,6 +29,7 @@ def verl_rollout_engines() -> list[RolloutEngineSpec]:
             factory=build_vllm_rollout_engine,
             options_cls=VLLMRolloutOptions,
             devices=("cpu", "cuda"),
+            capabilities={"tensor_parallel"},
             available=vllm_available,
         )
     ]

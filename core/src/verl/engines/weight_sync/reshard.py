@@ -11,8 +11,9 @@ pieces a rank holds for itself are views, never copied.
 
 Memory: per bucket a rank allocates its send buffer (the pieces it owes others) and its receive buffer (the
 pieces of its own slices it lacks), then one concatenated slice at a time; a bucket closes before any rank's
-``send + receive`` bytes would pass ``bucket_bytes`` (a single weight larger than that goes alone). So the
-extra memory of a sync is at most ``bucket_bytes`` plus the largest slice a rank receives, plus whatever the
+``send + receive`` bytes would pass ``bucket_bytes`` (a single weight whose exchange is larger goes alone). So
+the extra memory of a sync is at most ``max(bucket_bytes, the largest single weight's exchange)`` plus two
+slices (the one being assembled and the previous one, until the consumer lets go of it), plus whatever the
 consumer keeps: no rank ever holds a whole sharded tensor unless its own slice is the whole tensor (TP=1).
 
 Weights on layouts this plan cannot express (sharded on another dim, a mesh that does not span the group,
@@ -256,7 +257,23 @@ def reshard_weights(
     stats.full_gathers += sum(e.full_gather for e in entries)
     if device is None:
         device = entries[0].local.device if entries else torch.device("cpu")
-    bucket: list[tuple[_Entry, list[list[_Piece]], list[ShardSlice | None]]] = []
+    buckets = _plan_buckets(entries, layout, world, bucket_bytes)
+    # One exchange buffer for the whole sync, reused by every bucket (each all_to_all completes before the
+    # next bucket is packed): the sync's memory does not depend on when the backend lets go of a buffer.
+    need = max((_exchange_bytes(bucket, me, world) for bucket in buckets), default=0)
+    buffer = torch.empty(need, dtype=torch.uint8, device=torch.device(device))
+    stats.peak_buffer_bytes = max(stats.peak_buffer_bytes, need)
+    for bucket in buckets:
+        yield from _flush(bucket, me, world, buffer, stats)
+
+
+_Bucket = list[tuple[_Entry, list[list[_Piece]], list[ShardSlice | None]]]
+
+
+def _plan_buckets(entries: list[_Entry], layout: WeightLayout, world: int, bucket_bytes: int) -> list[_Bucket]:
+    """Group weights in order; a bucket closes before any rank's send + receive bytes would pass the cap."""
+    buckets: list[_Bucket] = []
+    bucket: _Bucket = []
     cost = [0] * world
     for entry in entries:
         targets = [layout.slice_for(entry.name, entry.shape, r) for r in range(world)]
@@ -268,12 +285,40 @@ def reshard_weights(
                     add[receiver] += align_up(p.nbytes)
                     add[p.src] += align_up(p.nbytes)
         if bucket and max(c + a for c, a in zip(cost, add, strict=True)) > bucket_bytes:
-            yield from _flush(bucket, me, world, torch.device(device), stats)
+            buckets.append(bucket)
             bucket, cost = [], [0] * world
         bucket.append((entry, plan, targets))
         cost = [c + a for c, a in zip(cost, add, strict=True)]
     if bucket:
-        yield from _flush(bucket, me, world, torch.device(device), stats)
+        buckets.append(bucket)
+    return buckets
+
+
+def _segments(bucket: _Bucket, me: int, world: int) -> tuple[list[int], list[int], list, dict]:
+    """This rank's send / receive segment sizes (aligned) and where each crossing piece goes in them."""
+    send_sizes, recv_sizes = [0] * world, [0] * world
+    send_at: list[tuple[int, int, _Piece, _Entry, ShardSlice | None]] = []  # (dest, offset, piece, ...)
+    recv_at: dict[tuple[int, int], tuple[int, int]] = {}  # (entry idx, chunk) -> (src, offset)
+    for index, (entry, plan, targets) in enumerate(bucket):
+        for receiver, pieces in enumerate(plan):
+            for p in pieces:
+                if p.src == receiver:
+                    continue
+                if p.src == me:
+                    offset = align_up(send_sizes[receiver])
+                    send_sizes[receiver] = offset + p.nbytes
+                    send_at.append((receiver, offset, p, entry, targets[receiver]))
+                if receiver == me:
+                    offset = align_up(recv_sizes[p.src])
+                    recv_sizes[p.src] = offset + p.nbytes
+                    recv_at[(index, p.chunk)] = (p.src, offset)
+    return [align_up(x) for x in send_sizes], [align_up(x) for x in recv_sizes], send_at, recv_at
+
+
+def _exchange_bytes(bucket: _Bucket, me: int, world: int) -> int:
+    """Bytes of this rank's send + receive segments for ``bucket``."""
+    send_sizes, recv_sizes, _, _ = _segments(bucket, me, world)
+    return sum(send_sizes) + sum(recv_sizes)
 
 
 def _check_same_everywhere(pairs: list[tuple[str, torch.Tensor]], layout: WeightLayout, world: int) -> None:
@@ -290,63 +335,40 @@ def _check_same_everywhere(pairs: list[tuple[str, torch.Tensor]], layout: Weight
 
 
 def _flush(
-    bucket: list[tuple[_Entry, list[list[_Piece]], list[ShardSlice | None]]],
-    me: int,
-    world: int,
-    device: torch.device,
-    stats: ReshardStats,
+    bucket: _Bucket, me: int, world: int, buffer: torch.Tensor, stats: ReshardStats
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    # Offsets of every crossing piece inside its (sender -> receiver) segment; identical on every rank.
-    send_sizes, recv_sizes = [0] * world, [0] * world
-    send_at: list[tuple[int, int, _Piece, _Entry, ShardSlice | None]] = []  # (dest, offset, piece, ...)
-    recv_at: dict[tuple[int, int], tuple[int, int]] = {}  # (entry idx, chunk) -> (src, offset)
-    moved = False
-    for index, (entry, plan, targets) in enumerate(bucket):
-        for receiver, pieces in enumerate(plan):
-            for p in pieces:
-                if p.src == receiver:
-                    continue
-                moved = True
-                if p.src == me:
-                    offset = align_up(send_sizes[receiver])
-                    send_sizes[receiver] = offset + p.nbytes
-                    send_at.append((receiver, offset, p, entry, targets[receiver]))
-                if receiver == me:
-                    offset = align_up(recv_sizes[p.src])
-                    recv_sizes[p.src] = offset + p.nbytes
-                    recv_at[(index, p.chunk)] = (p.src, offset)
-    recv = torch.empty(0, dtype=torch.uint8, device=device)
-    if moved:
+    send_sizes, recv_sizes, send_at, recv_at = _segments(bucket, me, world)
+    moved = any(p.src != receiver for _, plan, _ in bucket for receiver, pieces in enumerate(plan) for p in pieces)
+    send = buffer[: sum(send_sizes)]
+    recv = buffer[sum(send_sizes) : sum(send_sizes) + sum(recv_sizes)]
+    recv_base = [sum(recv_sizes[:src]) for src in range(world)]
+    if moved:  # every rank knows whether any rank exchanges something in this bucket
         import torch.distributed as dist
 
-        send_sizes = [align_up(s) for s in send_sizes]
-        recv_sizes = [align_up(s) for s in recv_sizes]
         send_base = [sum(send_sizes[:d]) for d in range(world)]
-        send = torch.empty(sum(send_sizes), dtype=torch.uint8, device=device)
         for dest, offset, p, entry, target in send_at:
             start = send_base[dest] + offset
-            dst = send[start : start + p.nbytes].view(entry.dtype).view(p.shape)
-            dst.copy_(_view(entry.local, p, target))
-        recv = torch.empty(sum(recv_sizes), dtype=torch.uint8, device=device)
+            send[start : start + p.nbytes].view(entry.dtype).view(p.shape).copy_(_view(entry.local, p, target))
         dist.all_to_all_single(recv, send, output_split_sizes=recv_sizes, input_split_sizes=send_sizes)
         stats.buckets += 1
         stats.sent_bytes += sum(p.nbytes for _, _, p, _, _ in send_at)
-        stats.peak_buffer_bytes = max(stats.peak_buffer_bytes, send.numel() + recv.numel())
-        del send
-        recv_base = [sum(recv_sizes[:s]) for s in range(world)]
     for index, (entry, plan, targets) in enumerate(bucket):
         parts = []
         for p in plan[me]:
             if p.src == me:
-                parts.append(_view(entry.local, p, targets[me]).to(device))
+                parts.append(_view(entry.local, p, targets[me]).to(buffer.device))
                 continue
             src, offset = recv_at[(index, p.chunk)]
             start = recv_base[src] + offset
             parts.append(recv[start : start + p.nbytes].view(entry.dtype).view(p.shape))
             stats.received_bytes += p.nbytes
-        out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+        if not parts:
+            piece = targets[me]
+            out = entry.local.new_empty(entry.shape if piece is None else piece.shape_of(entry.shape))
+        else:
+            out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
         if len(parts) > 1:
-            stats.peak_buffer_bytes = max(stats.peak_buffer_bytes, recv.numel() + out.numel() * out.element_size())
+            stats.peak_buffer_bytes = max(stats.peak_buffer_bytes, buffer.numel() + out.numel() * out.element_size())
         stats.tensors += 1
         stats.bytes += out.numel() * out.element_size()
         yield entry.name, out
