@@ -111,3 +111,19 @@ def test_colocated_sync_refuses_a_bad_update_before_writing(tmp_path):
     same = ReferenceTrainingEngine(str(model_dir), EngineSettings())
     metrics = ColocatedCheckpointEngine().sync(same, rollout)
     assert metrics["tensors"] == len(before) and metrics["shared"] is False
+
+
+def test_level1_host_copy_round_trips_a_storage():
+    """What sleep level 1 does on an accelerator (save to host, free, re-allocate, restore), run on CPU storage."""
+    from verl.engines.reference.rollout_weights import host_copy, restore_from_host
+
+    weight = torch.randn(6, 5)
+    want = weight.clone()
+    storage = weight.untyped_storage()
+    backup = host_copy(storage, pin=False)
+    nbytes = storage.nbytes()
+    storage.resize_(0)
+    assert weight.untyped_storage().nbytes() == 0
+    storage.resize_(nbytes)
+    restore_from_host(weight.untyped_storage(), backup)
+    assert torch.equal(weight, want)

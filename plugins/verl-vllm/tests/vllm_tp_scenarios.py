@@ -8,7 +8,6 @@ sync's path), and writes ``OUT/rank<R>.pt``. Not collected by pytest.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -39,7 +38,8 @@ def outputs(engine, tokenizer) -> dict:
         from verl.protocol import DataProto
 
         got = engine.generate(DataProto.from_dict(tensors=tensors, meta_info=meta)).batch
-        out[mode] = {k: got[k].clone() for k in ("responses", "response_mask", "rollout_log_probs")}
+        keys = ("responses", "response_mask", "rollout_log_probs", "input_ids", "attention_mask", "position_ids")
+        out[mode] = {k: got[k].clone() for k in keys}
     return out
 
 
@@ -48,7 +48,9 @@ def perturbed(model_dir: Path) -> dict[str, torch.Tensor]:
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     g = torch.Generator().manual_seed(3)
-    return {n: (t + 0.05 * torch.randn(t.shape, generator=g)).contiguous() for n, t in model.state_dict().items()}
+    new = {n: (t + 0.05 * torch.randn(t.shape, generator=g)).contiguous() for n, t in model.state_dict().items()}
+    new["lm_head.weight"] = new["model.embed_tokens.weight"]  # tied: one tensor under two names
+    return new
 
 
 def run(out: Path, model_dir: Path, tp: int) -> None:
@@ -67,7 +69,6 @@ def run(out: Path, model_dir: Path, tp: int) -> None:
     # The hybrid sync: FSDP-style shards, resharded into whole tensors per rank, streamed into vLLM. The tied
     # model's state dict holds lm_head.weight and embed_tokens.weight as one tensor: only the first is sent.
     new = perturbed(model_dir)
-    new["lm_head.weight"] = new["model.embed_tokens.weight"]
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
     shared = distribute_tensor(new["model.embed_tokens.weight"], mesh, [Shard(0)])
     sharded = [
@@ -85,5 +86,6 @@ def run(out: Path, model_dir: Path, tp: int) -> None:
 
 
 if __name__ == "__main__":
+    # A normal exit (not os._exit): vLLM's CPU shared-memory all-reduce unlinks its /dev/shm files in
+    # destructors, and a file left behind makes the next engine with the same TP group fail (errno 17).
     run(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]))
-    os._exit(0)

@@ -153,10 +153,7 @@ class RolloutWeights:
         for tensor in _unique_storage_tensors(self.model):
             storage = tensor.untyped_storage()
             nbytes = storage.nbytes()
-            backup = None
-            if self.sleep_level == 1:
-                backup = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
-                backup.untyped_storage().copy_(storage)
+            backup = host_copy(storage, pin=self.device.type == "cuda") if self.sleep_level == 1 else None
             storage.resize_(0)
             self._saved.append((tensor, nbytes, backup))
         self.asleep = True
@@ -170,7 +167,7 @@ class RolloutWeights:
             storage = tensor.untyped_storage()
             storage.resize_(nbytes)
             if backup is not None:
-                storage.copy_(backup.untyped_storage())
+                restore_from_host(storage, backup)
         if self.sleep_level == 2:
             self._stale = {name for name, _ in self.model.named_parameters(remove_duplicate=False)}
         self._saved = []
@@ -179,6 +176,23 @@ class RolloutWeights:
     def owned_bytes(self) -> int:
         """Bytes of the (local) parameter storages this engine would free when sleeping."""
         return sum(t.untyped_storage().nbytes() for t in _unique_storage_tensors(self.model))
+
+
+def _bytes_view(storage: Any) -> torch.Tensor:
+    """A flat ``uint8`` tensor over all of ``storage`` (any device)."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+def host_copy(storage: Any, *, pin: bool) -> torch.Tensor:
+    """A host ``uint8`` copy of ``storage`` (page-locked when ``pin``, for a fast copy back)."""
+    backup = torch.empty(storage.nbytes(), dtype=torch.uint8, pin_memory=pin)
+    backup.copy_(_bytes_view(storage))
+    return backup
+
+
+def restore_from_host(storage: Any, backup: torch.Tensor) -> None:
+    """Copy ``backup`` (from :func:`host_copy`) back into ``storage``, already resized to its bytes."""
+    _bytes_view(storage).copy_(backup)
 
 
 def _unknown(name: str, targets: dict[str, Any]) -> UnknownWeightError:
