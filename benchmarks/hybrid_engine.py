@@ -14,10 +14,11 @@ twice, alternating the two syncs, so both see the same machine drift:
 * ``full-copy``: what the sync did before the hybrid engine: every rank all-gathers every full tensor
   (``FSDPTrainingEngine.iter_weights()`` without a layout, same bucket size) and the rollout slices them.
 
-Per rank and sync it records the wall time, the process's peak RSS during the sync above its RSS just before
+Per rank and sync it records the wall time; the RSS growth across the sync (the rollout's own weights, which
+the level-2 sleep freed, re-allocated and filled) and the transient RSS on top of that at the sync's peak
 (``VmHWM`` reset through ``/proc/self/clear_refs``; ``MALLOC_MMAP_THRESHOLD_`` is pinned so freed tensors go
-back to the OS and RSS follows live memory), the peak of tensors allocated during the sync measured by a
-dispatch-level tracker (``verl.testing.memory.AllocationTracker``, a separate pass), and the bytes received.
+back to the OS and RSS follows live memory); the peak of tensors allocated during the sync measured by a
+dispatch-level tracker (``verl.testing.memory.AllocationTracker``, a separate pass); and the bytes received.
 The switches' times and the RSS freed by the level-2 sleep are recorded too.
 
     python benchmarks/hybrid_engine.py --reps 3 --json benchmarks/results/hybrid_engine.json \
@@ -72,12 +73,13 @@ def _rank_main(out: Path, model_path: str, tp: int, reps: int, bucket_mb: int) -
     )
     rollout = HFRolloutEngine(model_path, tok, cfg, device="cpu")
     sync = ColocatedCheckpointEngine(SimpleNamespace(update_weights_bucket_megabytes=bucket_mb, engine_kwargs={}))
-    model_bytes = sum(t.numel() * t.element_size() for t in trainer.model.state_dict().values() if True)
+    unique = {t.to_local().untyped_storage().data_ptr(): t for t in trainer.model.state_dict().values()}
+    model_bytes = sum(t.numel() * t.element_size() for t in unique.values())  # tied weights once
     info = {
         "rank": rank,
         "world": world,
         "tp": tp,
-        "trainer_shard_bytes": sum(t.to_local().numel() * 4 for t in trainer.model.state_dict().values()),
+        "trainer_shard_bytes": sum(t.to_local().numel() * t.element_size() for t in unique.values()),
         "rollout_owned_bytes": rollout.weights.owned_bytes(),
         "model_bytes": model_bytes,
         "reps": [],
@@ -117,7 +119,11 @@ def _rank_main(out: Path, model_path: str, tp: int, reps: int, bucket_mb: int) -
             metrics = run_sync(kind)
             dist.barrier()
             row["sync_s"] = time.perf_counter() - t0
-            row["sync_peak_rss_extra"] = platform.memory_stats()["max_allocated_bytes"] - before
+            after = _rss()
+            # Growth: the rollout's own weights, re-allocated by the wake-up and filled by the sync. Transient:
+            # what the sync needed on top, at its peak, and gave back.
+            row["sync_rss_growth"] = after - before
+            row["sync_rss_transient"] = platform.memory_stats()["max_allocated_bytes"] - after
             row["bytes_to_rollout"] = metrics["bytes"]
             row["received_bytes"] = metrics.get("received_bytes")
             row["buckets"] = metrics.get("buckets")
@@ -151,7 +157,8 @@ def _summarise(layouts: dict[str, list[dict]]) -> tuple[dict, str]:
                     "model_mib": first["model_bytes"] / MIB,
                     "rollout_shard_mib": first["rollout_owned_bytes"] / MIB,
                     "sync_s": med("sync_s"),
-                    "peak_rss_extra_mib": med("sync_peak_rss_extra", MIB),
+                    "rss_growth_mib": med("sync_rss_growth", MIB),
+                    "rss_transient_mib": med("sync_rss_transient", MIB),
                     "tracked_peak_mib": med("sync_tracked_peak", MIB),
                     "largest_alloc_mib": med("sync_tracked_largest", MIB),
                     "to_rollout_mib": med("bytes_to_rollout", MIB),
@@ -174,7 +181,8 @@ def _summarise(layouts: dict[str, list[dict]]) -> tuple[dict, str]:
         ("kind", "sync"),
         ("rollout_shard_mib", "rollout shard MiB"),
         ("sync_s", "sync s"),
-        ("peak_rss_extra_mib", "peak RSS extra MiB"),
+        ("rss_growth_mib", "RSS growth MiB"),
+        ("rss_transient_mib", "RSS transient MiB"),
         ("tracked_peak_mib", "tensor peak MiB"),
         ("largest_alloc_mib", "largest alloc MiB"),
         ("to_rollout_mib", "into rollout MiB"),

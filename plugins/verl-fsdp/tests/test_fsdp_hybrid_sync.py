@@ -56,7 +56,7 @@ def test_tp2_sync_moves_only_slices_and_never_builds_a_split_weight(two_rank_res
     for rank, res in enumerate(ranks):
         sync = res["sync_tp2"]
         assert not whole & {shape for shape, _ in sync["shapes"]}, rank
-        assert sync["peak"] <= scenarios.SYNC_BUCKET + 2 * slice_bytes < model_bytes / 2, (rank, sync["peak"])
+        assert sync["peak"] <= scenarios.SYNC_BUCKET + slice_bytes < model_bytes / 2, (rank, sync["peak"])
         m = sync["metrics"]
         assert m["skipped_tied"] == 1  # lm_head.weight is embed_tokens.weight: sent once
         assert m["full_gathers"] == 0 and m["buckets"] >= 1

@@ -128,6 +128,7 @@ class RolloutWeights:
                 copy_into_parameter(name, target, tensor, self.layout, self.rank)
                 self._stale.difference_update(self._aliases.get(name, (name,)))
                 count += 1
+                del tensor  # copied: the sender may free it before producing the next one
         return count
 
     def stale(self) -> list[str]:

@@ -119,6 +119,7 @@ class ColocatedCheckpointEngine:
                 counts["tensors"] += 1
                 counts["bytes"] += tensor.numel() * tensor.element_size()
                 yield name, tensor
+                del tensor  # let the resharder free this slice before the next bucket is allocated
 
         extra: dict[str, Any] = {}
         if layout is None:

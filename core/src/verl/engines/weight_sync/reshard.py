@@ -6,15 +6,18 @@ wants, on rank ``r``, the slice :meth:`WeightLayout.slice_for` names (a TP shard
 weight, columns of a row-parallel one, or the whole tensor). Every rank computes the same transfer plan from
 global shapes alone: for each receiver and each dim-0 chunk it needs, the rank holding that chunk (the one
 in the receiver's own replica of the mesh) sends the intersection of its rows with the receiver's slice.
-A bucket of weights moves in one ``all_to_all_single`` of raw bytes (gloo, nccl and hccl all implement it);
-pieces a rank holds for itself are views, never copied.
 
-Memory: per bucket a rank allocates its send buffer (the pieces it owes others) and its receive buffer (the
-pieces of its own slices it lacks), then one concatenated slice at a time; a bucket closes before any rank's
-``send + receive`` bytes would pass ``bucket_bytes`` (a single weight whose exchange is larger goes alone). So
-the extra memory of a sync is at most ``max(bucket_bytes, the largest single weight's exchange)`` plus two
-slices (the one being assembled and the previous one, until the consumer lets go of it), plus whatever the
-consumer keeps: no rank ever holds a whole sharded tensor unless its own slice is the whole tensor (TP=1).
+The pieces move point to point (``batch_isend_irecv``; gloo, nccl and hccl implement it), straight into the
+slice being assembled: each piece is a block of consecutive rows of the slice, so it is received into a
+view of the output and nothing is concatenated. A piece is sent from a view of the sender's shard (copied
+first only when it is not contiguous: the column block of a row-parallel weight). A slice the rank holds
+entirely itself is a view of its shard, never copied.
+
+Memory: a bucket's slices are allocated together and freed once consumed; a bucket closes before any rank's
+``received slices + send copies`` would pass ``bucket_bytes`` (a weight that alone is larger goes alone). So
+the extra memory of a sync is at most ``max(bucket_bytes, the largest single weight's cost)`` plus the last
+slice the consumer still holds: no rank ever holds a whole sharded tensor unless its own slice is the whole
+tensor (TP=1), where the cost equals ``DTensor.full_tensor``'s.
 
 Weights on layouts this plan cannot express (sharded on another dim, a mesh that does not span the group,
 partial placements) fall back to ``DTensor.full_tensor()`` for that weight, counted in ``full_gathers``.
@@ -30,7 +33,7 @@ from typing import Any
 import attrs
 import torch
 
-from verl.engines.weight_sync.buckets import ALIGN, align_up
+from verl.engines.weight_sync.buckets import ALIGN
 from verl.engines.weight_sync.layout import ShardSlice, WeightLayout, layout_digest
 
 logger = logging.getLogger(__name__)
@@ -171,9 +174,10 @@ class ReshardStats:
 
     Attributes:
         tensors: weights yielded; bytes: their bytes; sent_bytes / received_bytes: bytes that crossed ranks;
-        buckets: ``all_to_all`` rounds; peak_buffer_bytes: largest send + receive + assembled-slice bytes held
-        at once; full_gathers: weights gathered whole (unsupported placements); skipped_tied: weights not sent
-        because they alias an earlier one (tied embeddings).
+        buckets: exchange rounds (buckets with something to send or receive); peak_buffer_bytes: the largest
+        bucket's allocations (assembled slices + send copies); full_gathers: weights gathered whole
+        (unsupported placements); skipped_tied: weights not sent because they alias an earlier one (tied
+        embeddings).
     """
 
     tensors: int = 0
@@ -221,14 +225,14 @@ def reshard_weights(
 
     Every rank passes the same names in the same order (its own view of each: a DTensor shard or the whole
     tensor). The yielded tensors have ``layout.slice_for(name, shape, rank).shape_of(shape)`` (or the full
-    shape) and the trainer's dtype; they are views into this rank's weights or into a receive buffer, valid
-    until the generator resumes: copy them before asking for the next one.
+    shape) and the trainer's dtype; they are fresh slices or views of this rank's own weights: copy them,
+    and do not write into them.
 
     Args:
         weights: ``(hf_name, tensor)`` pairs (e.g. a training engine's state dict); tensors are only read.
         layout: the rollout's :class:`WeightLayout`; its ``world_size`` must equal the group's.
-        bucket_bytes: cap of one bucket's send + receive bytes on any rank (>= 1).
-        device: where communication buffers live (``cpu`` for gloo); default the first tensor's device.
+        bucket_bytes: cap of one bucket's allocations on any rank (>= 1): received slices + send copies.
+        device: where slices are assembled and sent from (``cpu`` for gloo); default the first tensor's device.
         rank / world_size: default ``torch.distributed``'s (0 / 1 when it is not initialised).
         stats: filled in as the generator runs (:class:`ReshardStats`).
         dedupe_tied: skip a weight that aliases an earlier one (tied embeddings: the rollout ties them too).
@@ -257,68 +261,48 @@ def reshard_weights(
     stats.full_gathers += sum(e.full_gather for e in entries)
     if device is None:
         device = entries[0].local.device if entries else torch.device("cpu")
-    buckets = _plan_buckets(entries, layout, world, bucket_bytes)
-    # One exchange buffer for the whole sync, reused by every bucket (each all_to_all completes before the
-    # next bucket is packed): the sync's memory does not depend on when the backend lets go of a buffer.
-    need = max((_exchange_bytes(bucket, me, world) for bucket in buckets), default=0)
-    buffer = torch.empty(need, dtype=torch.uint8, device=torch.device(device))
-    stats.peak_buffer_bytes = max(stats.peak_buffer_bytes, need)
-    for bucket in buckets:
-        yield from _flush(bucket, me, world, buffer, stats)
+    for bucket in _plan_buckets(entries, layout, world, me, bucket_bytes):
+        yield from _flush(bucket, me, world, torch.device(device), stats)
 
 
 _Bucket = list[tuple[_Entry, list[list[_Piece]], list[ShardSlice | None]]]
 
 
-def _plan_buckets(entries: list[_Entry], layout: WeightLayout, world: int, bucket_bytes: int) -> list[_Bucket]:
-    """Group weights in order; a bucket closes before any rank's send + receive bytes would pass the cap."""
-    buckets: list[_Bucket] = []
+def _zero_copy(pieces: list[_Piece], receiver: int) -> bool:
+    """The receiver holds its whole slice itself (one local piece): a view, no allocation."""
+    return len(pieces) == 1 and pieces[0].src == receiver
+
+
+def _cost(entry: _Entry, plan: list[list[_Piece]], targets: list[ShardSlice | None], world: int) -> list[int]:
+    """Bytes each rank allocates for ``entry``: its assembled slice (unless zero-copy) + non-contiguous send copies."""
+    cost = [0] * world
+    for receiver, pieces in enumerate(plan):
+        if not _zero_copy(pieces, receiver):
+            cost[receiver] += sum(p.nbytes for p in pieces)
+        for p in pieces:
+            target = targets[receiver]
+            if p.src != receiver and target is not None and target.dim != 0:
+                cost[p.src] += p.nbytes  # a column block: copied to be sent
+    return cost
+
+
+def _plan_buckets(
+    entries: list[_Entry], layout: WeightLayout, world: int, me: int, bucket_bytes: int
+) -> Iterator[_Bucket]:
+    """Group weights in order; a bucket closes before any rank's allocations would pass the cap."""
     bucket: _Bucket = []
     cost = [0] * world
     for entry in entries:
         targets = [layout.slice_for(entry.name, entry.shape, r) for r in range(world)]
         plan = [_pieces(entry, targets[r], r) for r in range(world)]
-        add = [0] * world
-        for receiver, pieces in enumerate(plan):
-            for p in pieces:
-                if p.src != receiver:
-                    add[receiver] += align_up(p.nbytes)
-                    add[p.src] += align_up(p.nbytes)
+        add = _cost(entry, plan, targets, world)
         if bucket and max(c + a for c, a in zip(cost, add, strict=True)) > bucket_bytes:
-            buckets.append(bucket)
+            yield bucket
             bucket, cost = [], [0] * world
         bucket.append((entry, plan, targets))
         cost = [c + a for c, a in zip(cost, add, strict=True)]
     if bucket:
-        buckets.append(bucket)
-    return buckets
-
-
-def _segments(bucket: _Bucket, me: int, world: int) -> tuple[list[int], list[int], list, dict]:
-    """This rank's send / receive segment sizes (aligned) and where each crossing piece goes in them."""
-    send_sizes, recv_sizes = [0] * world, [0] * world
-    send_at: list[tuple[int, int, _Piece, _Entry, ShardSlice | None]] = []  # (dest, offset, piece, ...)
-    recv_at: dict[tuple[int, int], tuple[int, int]] = {}  # (entry idx, chunk) -> (src, offset)
-    for index, (entry, plan, targets) in enumerate(bucket):
-        for receiver, pieces in enumerate(plan):
-            for p in pieces:
-                if p.src == receiver:
-                    continue
-                if p.src == me:
-                    offset = align_up(send_sizes[receiver])
-                    send_sizes[receiver] = offset + p.nbytes
-                    send_at.append((receiver, offset, p, entry, targets[receiver]))
-                if receiver == me:
-                    offset = align_up(recv_sizes[p.src])
-                    recv_sizes[p.src] = offset + p.nbytes
-                    recv_at[(index, p.chunk)] = (p.src, offset)
-    return [align_up(x) for x in send_sizes], [align_up(x) for x in recv_sizes], send_at, recv_at
-
-
-def _exchange_bytes(bucket: _Bucket, me: int, world: int) -> int:
-    """Bytes of this rank's send + receive segments for ``bucket``."""
-    send_sizes, recv_sizes, _, _ = _segments(bucket, me, world)
-    return sum(send_sizes) + sum(recv_sizes)
+        yield bucket
 
 
 def _check_same_everywhere(pairs: list[tuple[str, torch.Tensor]], layout: WeightLayout, world: int) -> None:
@@ -335,44 +319,56 @@ def _check_same_everywhere(pairs: list[tuple[str, torch.Tensor]], layout: Weight
 
 
 def _flush(
-    bucket: _Bucket, me: int, world: int, buffer: torch.Tensor, stats: ReshardStats
+    bucket: _Bucket, me: int, world: int, device: torch.device, stats: ReshardStats
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    send_sizes, recv_sizes, send_at, recv_at = _segments(bucket, me, world)
-    moved = any(p.src != receiver for _, plan, _ in bucket for receiver, pieces in enumerate(plan) for p in pieces)
-    send = buffer[: sum(send_sizes)]
-    recv = buffer[sum(send_sizes) : sum(send_sizes) + sum(recv_sizes)]
-    recv_base = [sum(recv_sizes[:src]) for src in range(world)]
-    if moved:  # every rank knows whether any rank exchanges something in this bucket
-        import torch.distributed as dist
+    """Exchange one bucket (every rank posts the same sends and receives, pair by pair in plan order)."""
+    import torch.distributed as dist
 
-        send_base = [sum(send_sizes[:d]) for d in range(world)]
-        for dest, offset, p, entry, target in send_at:
-            start = send_base[dest] + offset
-            send[start : start + p.nbytes].view(entry.dtype).view(p.shape).copy_(_view(entry.local, p, target))
-        dist.all_to_all_single(recv, send, output_split_sizes=recv_sizes, input_split_sizes=send_sizes)
-        stats.buckets += 1
-        stats.sent_bytes += sum(p.nbytes for _, _, p, _, _ in send_at)
-    for index, (entry, plan, targets) in enumerate(bucket):
-        parts = []
-        for p in plan[me]:
-            if p.src == me:
-                parts.append(_view(entry.local, p, targets[me]).to(buffer.device))
-                continue
-            src, offset = recv_at[(index, p.chunk)]
-            start = recv_base[src] + offset
-            parts.append(recv[start : start + p.nbytes].view(entry.dtype).view(p.shape))
-            stats.received_bytes += p.nbytes
-        if not parts:
-            piece = targets[me]
-            out = entry.local.new_empty(entry.shape if piece is None else piece.shape_of(entry.shape))
+    outs: list[torch.Tensor] = []
+    ops: list[Any] = []
+    allocated = 0
+    for tag, (entry, plan, targets) in enumerate(bucket):
+        mine, target = plan[me], targets[me]
+        shape = entry.shape if target is None else target.shape_of(entry.shape)
+        if _zero_copy(mine, me):
+            out = _view(entry.local, mine[0], target).to(device)
         else:
-            out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-        if len(parts) > 1:
-            stats.peak_buffer_bytes = max(stats.peak_buffer_bytes, buffer.numel() + out.numel() * out.element_size())
+            out = torch.empty(shape, dtype=entry.dtype, device=device)
+            allocated += out.numel() * out.element_size()
+            row = 0
+            for p in mine:
+                rows = p.hi - p.lo
+                dst = out.narrow(0, row, rows) if len(shape) else out
+                if p.src == me:
+                    dst.copy_(_view(entry.local, p, target))
+                else:
+                    ops.append(dist.P2POp(dist.irecv, dst, p.src, tag=tag))
+                    stats.received_bytes += p.nbytes
+                row += rows
+        outs.append(out)
+        for receiver in range(world):
+            if receiver == me:
+                continue
+            for p in plan[receiver]:
+                if p.src != me:
+                    continue
+                piece = _view(entry.local, p, targets[receiver])
+                if not piece.is_contiguous():
+                    piece = piece.contiguous()
+                    allocated += piece.numel() * piece.element_size()
+                ops.append(dist.P2POp(dist.isend, piece.to(device), receiver, tag=tag))
+                stats.sent_bytes += p.nbytes
+    stats.peak_buffer_bytes = max(stats.peak_buffer_bytes, allocated)
+    if ops:
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        stats.buckets += 1
+    del ops
+    for (entry, _, _), out in zip(bucket, outs, strict=True):
         stats.tensors += 1
         stats.bytes += out.numel() * out.element_size()
         yield entry.name, out
-        del out, parts
+    del outs, out
 
 
 __all__ = ["ALIGN", "LayoutMismatchError", "ReshardStats", "reshard_weights"]
