@@ -39,7 +39,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MODEL, machine_info, median_spread, write_results  # noqa: E402
+from common import MODEL, CpuWatch, fmt_share, machine_info, median_spread, write_results  # noqa: E402
 
 MIB = float(1 << 20)
 
@@ -166,6 +166,7 @@ def _summarise(layouts: dict[str, list[dict]]) -> tuple[dict, str]:
                     "sleep_s": med("sleep_s"),
                     "wake_weights_s": med("wake_up_weights_s"),
                     "rss_freed_by_sleep_mib": med("rss_freed_by_sleep", MIB),
+                    "others_cpu": fmt_share(first.get("others_cpu_share", float("nan"))),
                 }
             )
 
@@ -190,6 +191,7 @@ def _summarise(layouts: dict[str, list[dict]]) -> tuple[dict, str]:
         ("sleep_s", "sleep s"),
         ("wake_weights_s", "wake weights s"),
         ("rss_freed_by_sleep_mib", "RSS freed by sleep MiB"),
+        ("others_cpu", "others' CPU"),
     ]
     lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(cell(r[k]) for k, _ in cols) + " |" for r in rows]
@@ -223,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     for spec in args.layouts.split(","):
         world, tp = (int(x) for x in spec.lower().split("x"))
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, CpuWatch() as watch:
             run_ranks(
                 Path(__file__).resolve(),
                 ["--bucket-mb", str(args.bucket_mb), "--rank-main", tmp, model_path, str(tp), str(args.reps)],
@@ -231,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                 timeout_s=1800,
             )
             layouts[spec] = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(world)]
+        for info in layouts[spec]:
+            info["others_cpu_share"] = watch.others
     result, table = _summarise(layouts)
     result.update({"machine": machine_info(), "args": vars(args) | {"json": None, "md": None}, "ranks": layouts})
     result["seconds"] = time.time() - started

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark of benchmarks/README.md and writes benchmarks/results/<name>.{json,md}.
 # Usage: PYTHON=/path/to/venv/bin/python benchmarks/run_all.sh [--quick]
-# PYTHON must have verl-core and verl-vllm[cpu] installed (`nox -s "plugin(vllm)"` builds such a venv);
+# PYTHON must have verl-core, verl-vllm[cpu] and verl-fsdp installed (`nox -s "plugin(vllm)"` builds such a venv);
 # grpo_step.py and protocol.py create their own TRL / verl-PyPI venvs under ~/.cache/verl/bench on first use.
 # Run it on a quiet machine: every table reports the CPU share other processes took meanwhile.
 set -euo pipefail
@@ -27,3 +27,5 @@ fi
 "$PY" benchmarks/decode_split.py --batch-sizes $SIZES | tee "$OUT/decode_split.md"
 "$PY" benchmarks/grpo_step.py --steps "$STEPS" --reps "$REPS" ${TRL_VENV:+--trl-venv "$TRL_VENV"} \
   --json "$OUT/grpo_step.json" --md "$OUT/grpo_step.md"
+# Needs verl-fsdp in $PYTHON too (pip install -e ./plugins/verl-fsdp).
+"$PY" benchmarks/hybrid_engine.py --reps "$((REPS + 1))" --json "$OUT/hybrid_engine.json" --md "$OUT/hybrid_engine.md"

@@ -35,7 +35,12 @@ LossFn = Callable[["DataProto", dict[str, "torch.Tensor"], dict[str, Any]], tupl
 
 @runtime_checkable
 class TrainingEngine(Protocol):
-    """Owns a model (+ optimizer and LR schedule when trainable) on one data-parallel rank."""
+    """Owns a model (+ optimizer and LR schedule when trainable) on one data-parallel rank.
+
+    Optional: ``weight_manifest(layout=None) -> [(hf_name, shape)]``, what :meth:`iter_weights` (with
+    ``layout``) yields on this rank, without moving data; the weight sync lets the rollout check an update
+    against it before anything is written.
+    """
 
     def compute_log_prob(self, data: DataProto, *, calculate_entropy: bool = False) -> DataProto:
         """Return ``old_log_probs`` (and ``entropys``) ``(bs, resp_len)`` float32 for ``data``.
@@ -48,8 +53,16 @@ class TrainingEngine(Protocol):
         """Run mini-batches x micro-batches x epochs of updates on ``data``; return metrics."""
         ...
 
-    def iter_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield ``(hf_parameter_name, full_tensor)`` pairs for weight sync to a rollout engine."""
+    def iter_weights(
+        self, layout: Any = None, *, bucket_bytes: int | None = None, stats: Any = None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield ``(hf_parameter_name, tensor)`` pairs for weight sync to a rollout engine.
+
+        Without ``layout``: full tensors. With the rollout's
+        :class:`~verl.engines.weight_sync.layout.WeightLayout` (hybrid mode, collective over the world): this
+        rank's slice of each weight, streamed in buckets of ``bucket_bytes``
+        (:func:`verl.engines.weight_sync.reshard.reshard_weights`), counting into ``stats``.
+        """
         ...
 
     def state_dict(self) -> dict[str, Any]:
@@ -64,18 +77,28 @@ class TrainingEngine(Protocol):
         """Write the full (unsharded) weights and ``tokenizer`` as a HF folder for ``from_pretrained``."""
         ...
 
-    def offload(self) -> None:
-        """Free accelerator memory held by this engine (no-op where meaningless)."""
+    def offload(self) -> Any:
+        """Move to host memory what the engine's options say (``param_offload``: weights,
+        ``optimizer_offload``: optimizer state) while the rollout generates; no-op where meaningless (CPU).
+        Every method that needs the weights onloads them first."""
         ...
 
-    def onload(self) -> None:
-        """Undo :meth:`offload`."""
+    def onload(self) -> Any:
+        """Undo :meth:`offload` (no-op when nothing is offloaded)."""
         ...
 
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Generates responses for a batch of left-padded prompts."""
+    """Generates responses for a batch of left-padded prompts.
+
+    Optional (used by the hybrid engine's weight sync when present):
+
+    * ``weight_layout()``: the :class:`~verl.engines.weight_sync.layout.WeightLayout` its weights follow
+      across the world (which slice each rank holds), or None (one process holds everything);
+    * ``check_weights(specs)``: refuse an update of these ``(hf_name, shape)`` pairs before anything is
+      written (KeyError / ValueError naming the weight); the sync calls it on every rank first.
+    """
 
     def generate(self, prompts: DataProto) -> DataProto:
         """Generate for every row of ``prompts`` (already repeated ``n`` times by the trainer).
@@ -88,15 +111,21 @@ class RolloutEngine(Protocol):
         ...
 
     def update_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
-        """Load ``(hf_name, tensor)`` pairs into the live model; later generations use them."""
+        """Load ``(hf_name, tensor)`` pairs into the live model; later generations use them.
+
+        Each tensor is the full weight or exactly the slice :meth:`weight_layout` says this rank holds;
+        consumers copy each tensor before asking for the next (the sender may free or reuse it).
+        """
         ...
 
     def sleep(self) -> None:
-        """Release memory between generations (hybrid mode); no-op where meaningless."""
+        """Release memory between generations (hybrid mode): KV cache, and weights the engine owns, as its
+        options say (sleep level); no-op where meaningless (e.g. a CPU engine sharing the trainer's module)."""
         ...
 
-    def wake_up(self) -> None:
-        """Undo :meth:`sleep`."""
+    def wake_up(self, tags: Any = None) -> None:
+        """Undo :meth:`sleep` for ``tags``: ``["weights"]`` before the weight sync, ``["kv_cache"]`` after it
+        (verl's order); None = both. After a sleep that discarded the weights, a sync must fill them."""
         ...
 
 
