@@ -231,6 +231,60 @@ def test_receiver_error_drains_remaining_buckets_then_raises():
     sender.close()
 
 
+def test_a_refused_manifest_loads_nothing_and_the_sender_finishes():
+    """The sender announces the update's names and shapes first; a receiver whose rollout refuses them loads
+    no bucket, drains the rest and raises; the sender and the group stay usable."""
+    import threading
+
+    from verl.engines.weight_sync.colocated import WeightCheckError
+
+    weights = {f"w{i}": torch.full((1024,), float(i)) for i in range(3)}
+    loaded: list[str] = []
+
+    class Trainer:
+        def iter_weights(self):
+            return iter(weights.items())
+
+        def weight_manifest(self):
+            return [(n, tuple(t.shape)) for n, t in weights.items()]
+
+    class Rollout:
+        expected = {"w0": (1024,), "w1": (512,), "w2": (1024,)}  # w1 has another shape here
+
+        def check_weights(self, specs):
+            for name, shape in specs:
+                if self.expected[name] != shape:
+                    raise ValueError(
+                        f"update_weights: {name!r} has shape {shape}, the rollout expects {self.expected[name]}"
+                    )
+
+        def update_weights(self, pairs):
+            loaded.extend(name for name, _ in pairs)
+
+    port = free_port()
+    sender = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
+    receiver = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
+    results: dict = {}
+
+    def send():
+        sender.init_group(master_addr="127.0.0.1", master_port=port, rank=0, world_size=2, timeout_s=30)
+        results["first"] = sender.sync(Trainer(), None)
+        results["second"] = sender.sync(Trainer(), None)
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    receiver.init_group(master_addr="127.0.0.1", master_port=port, rank=1, world_size=2, timeout_s=30)
+    with pytest.raises(WeightCheckError, match="refused before writing anything.*'w1' has shape \\(1024,\\)"):
+        receiver.sync(None, Rollout())
+    assert loaded == []
+    Rollout.expected["w1"] = (1024,)
+    assert receiver.sync(None, Rollout())["tensors"] == 3
+    thread.join(timeout=30)
+    assert loaded == ["w0", "w1", "w2"] and results["first"]["buckets"] == results["second"]["buckets"] == 3
+    receiver.close()
+    sender.close()
+
+
 # ---------------------------------------------------------------- 3-process gloo sync
 
 

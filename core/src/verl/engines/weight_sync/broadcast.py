@@ -10,6 +10,9 @@ most ``checkpoint_engine.update_weights_bucket_megabytes`` MiB and broadcasts, p
     header uint8 (header_nbytes) JSON [{name, dtype, shape, offset}, ...]   (verl.engines.weight_sync.buckets)
     bucket uint8 (bucket_nbytes) raw tensor bytes at 64-byte aligned offsets
 
+preceded, when the trainer can list them (``weight_manifest``), by the update's names and shapes (meta
+``[-2, nbytes]`` + JSON ``[[name, shape], ...]``): a receiver whose rollout refuses them
+(``rollout.check_weights``) loads nothing, drains the buckets (the others are mid-collective) and raises.
 Every receiver hands each bucket's tensors (views into the bucket, no copy) to
 ``rollout.update_weights`` as soon as it arrives, so its extra memory is about one bucket.
 """
@@ -38,7 +41,7 @@ from verl.engines.weight_sync.buckets import (
 )
 from verl.engines.weight_sync.group import check_backend, make_backend, make_store
 
-_END, _ABORT = 0, -1
+_END, _ABORT, _MANIFEST = 0, -1, -2
 
 
 class SyncGroupError(ValueError):
@@ -228,7 +231,8 @@ class BroadcastCheckpointEngine:
             if self.rank is None:
                 counts = self._drain(trainer.iter_weights())
             elif self.rank == 0:
-                counts = self._send(trainer.iter_weights())
+                manifest_fn = getattr(trainer, "weight_manifest", None)
+                counts = self._send(trainer.iter_weights(), manifest_fn() if callable(manifest_fn) else None)
             else:
                 raise SyncGroupError(f"broadcast sync group: only rank 0 sends weights; this is rank {self.rank}")
         else:
@@ -272,10 +276,21 @@ class BroadcastCheckpointEngine:
         if nbytes:
             self._broadcast(buffer)
 
-    def _send(self, weights: Iterator[tuple[str, torch.Tensor]]) -> dict[str, int]:
+    def _send_manifest(self, manifest: list[tuple[str, tuple[int, ...]]]) -> None:
+        import json
+
+        raw = json.dumps([[name, list(shape)] for name, shape in manifest]).encode("utf-8")
+        self._send_meta(_MANIFEST, len(raw))
+        self._broadcast(torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(self.device))
+
+    def _send(
+        self, weights: Iterator[tuple[str, torch.Tensor]], manifest: list[tuple[str, tuple[int, ...]]] | None = None
+    ) -> dict[str, int]:
         counts = {"tensors": 0, "bytes": 0, "buckets": 0}
         planner = BucketPlanner(self.bucket_bytes)
         pending: list[tuple[str, torch.Tensor, int]] = []
+        if manifest is not None:
+            self._send_manifest(manifest)
         try:
             for name, tensor in weights:
                 nbytes = tensor_nbytes(tensor)
@@ -307,6 +322,22 @@ class BroadcastCheckpointEngine:
             header_nbytes, bucket_nbytes = (int(v) for v in meta.tolist())
             if header_nbytes == _END:
                 break
+            if header_nbytes == _MANIFEST:
+                import json
+
+                raw = torch.empty(bucket_nbytes, dtype=torch.uint8, device=self.device)
+                self._broadcast(raw)
+                check = getattr(rollout, "check_weights", None)
+                if callable(check) and error is None:
+                    try:
+                        check([(n, tuple(shape)) for n, shape in json.loads(raw.cpu().numpy().tobytes())])
+                    except (KeyError, ValueError) as exc:
+                        from verl.engines.weight_sync.colocated import WeightCheckError
+
+                        error = WeightCheckError(
+                            f"weight sync refused before writing anything (the rollout keeps its weights): {exc}"
+                        )
+                continue
             if header_nbytes == _ABORT:
                 raise WeightSyncAbortedError(
                     "broadcast sync: the sender (trainer rank 0) failed while producing weights; see its log. "
