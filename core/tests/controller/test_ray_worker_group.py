@@ -364,15 +364,37 @@ def test_colocated_roles_share_a_process_and_spawn_views_work(ray_runtime):
 # ---- placement -------------------------------------------------------------------------------------------
 
 
-def test_too_large_placement_fails_fast_with_requested_and_available(ray_runtime):
-    pool = RayResourcePool([3], cpus_per_worker=1.0, placement_timeout_s=0.5)
+def test_a_pool_larger_than_any_machine_fails_at_once_with_the_fix(ray_runtime):
+    pool = RayResourcePool([3], cpus_per_worker=1.0, placement_timeout_s=60)
     start = time.monotonic()
     with pytest.raises(PlacementError) as info:
         RayWorkerGroup(pool, ClassWithInitArgs(Probe, 0))
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 5  # not the 60 s timeout: it can never fit
     message = str(info.value)
-    assert "3 x {'CPU': 1.0}" in message and "total {'CPU': 2.0}" in message and "available {'CPU'" in message
+    assert (
+        "can never be placed: node 0 needs {'CPU': 3.0} on one machine, the largest machine has {'CPU': 2.0}" in message
+    )
+    assert "+ray_kwargs.ray_init.num_cpus=3" in message
     assert pool._pgs is None
+
+
+def test_placement_blocked_by_busy_resources_times_out_with_requested_and_available(ray_runtime):
+    import ray
+
+    free = int(ray.available_resources().get("CPU", 0.0))  # other tests' groups may hold some
+    if free < 1:
+        pytest.skip("no free CPU in the test cluster to occupy")
+    holder = RayResourcePool([free], cpus_per_worker=1.0)
+    holder.get_placement_groups()
+    try:
+        pool = RayResourcePool([1], cpus_per_worker=1.0, placement_timeout_s=0.5)
+        with pytest.raises(PlacementError) as info:
+            pool.get_placement_groups()
+        message = str(info.value)
+        assert "1 x {'CPU': 1.0}" in message and "total {'CPU': 2.0}" in message and "available {'CPU': 0.0}" in message
+        assert pool._pgs is None
+    finally:
+        holder.remove_placement_groups()
 
 
 def test_pool_bundles_and_actor_resources_follow_the_platform():

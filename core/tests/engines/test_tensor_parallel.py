@@ -13,7 +13,7 @@ import torch
 
 from verl.engines.reference.rollout import HFRolloutEngine
 from verl.engines.weight_sync.layout import TensorParallelLayout
-from verl.testing.distributed import run_ranks
+from verl.testing.distributed import load_script, run_ranks
 from verl.testing.tiny import make_tiny_tokenizer, save_tiny_model
 
 pytestmark = pytest.mark.multiprocess
@@ -21,16 +21,7 @@ pytestmark = pytest.mark.multiprocess
 HERE = Path(__file__).parent
 
 
-def _load_scenarios():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tp_scenarios", HERE / "tp_scenarios.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SC = _load_scenarios()
+SC = load_script(HERE / "tp_scenarios.py")
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["world2", "world4"])
@@ -53,7 +44,10 @@ def test_reshard_gives_each_rank_exactly_its_slices(ranks, tp):
     world, _, results = ranks
     full = SC.full_tensors()
     full["model.layers.0.input_layernorm.weight"] = torch.arange(5.0)
+    full[SC.COLUMN_SHARDED] = SC.column_sharded()
     for rank, res in enumerate(results):
+        assert res[f"reshard_tp{tp}_stats"]["full_gathers"] == 0
+        assert res[f"reshard_tp{tp}_fallback_gathers"] == 1  # the Shard(1) weight, gathered whole
         got = res[f"reshard_tp{tp}"]
         assert list(got) == list(full)
         for name, tensor in full.items():

@@ -127,3 +127,53 @@ def test_level1_host_copy_round_trips_a_storage():
     storage.resize_(nbytes)
     restore_from_host(weight.untyped_storage(), backup)
     assert torch.equal(weight, want)
+
+
+def test_engines_that_replicate_kv_heads_accept_more_ranks_than_kv_heads():
+    """vLLM/SGLang replicate key/value heads and pad the vocabulary: only heads and MLP width must divide."""
+    config = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_attention_heads=8, num_key_value_heads=2, vocab_size=101
+    )
+    assert tensor_parallel_problems(config, 4, 4, engine="vllm") == []
+    assert any("num_key_value_heads (2)" in p for p in tensor_parallel_problems(config, 4, 4, engine="hf"))
+    assert any("vocab_size (101)" in p for p in tensor_parallel_problems(config, 4, 4, engine="hf"))
+    odd = LlamaConfig(hidden_size=48, intermediate_size=96, num_attention_heads=6, num_key_value_heads=4)
+    assert "replicates key/value heads only then" in tensor_parallel_problems(odd, 3, 3, engine="vllm")[-1]
+
+
+def test_update_while_asleep_wakes_the_weights_first(tmp_path):
+    """A level-2 sleep freed the storages: an update must re-allocate them before writing (never into 0 bytes)."""
+    model_dir = save_tiny_model(tmp_path / "m", num_layers=1, hidden_size=32)
+    tok = make_tiny_tokenizer()
+    cfg = SimpleNamespace(response_length=4, engine_kwargs={"hf": {"sleep_level": 2}})
+    rollout = HFRolloutEngine(model_dir, tok, cfg, device="cpu")
+    weights = {n: t.clone() for n, t in rollout.model.state_dict().items()}
+    rollout.sleep()
+    assert rollout.weights.owned_bytes() == 0 and rollout.weights.asleep
+    rollout.update_weights(iter(weights.items()))
+    assert not rollout.weights.asleep and rollout.weights.stale() == []
+    assert all(torch.equal(rollout.model.state_dict()[n], t) for n, t in weights.items())
+
+
+def test_offload_keeps_the_weights_a_rollout_generates_from():
+    """param_offload with the rollout sharing the trainer's module: only the optimizer state may move."""
+    from verl.config import load_config
+    from verl.engines.reference.offload import HostOffload
+    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    calls = []
+
+    class Engine(HostOffload):
+        def __init__(self, model):
+            self.model = model
+
+        def offload(self, *, keep_params=False):
+            calls.append(keep_params)
+            return {}
+
+    module = torch.nn.Linear(2, 2)
+    worker = ActorRolloutRefWorker(load_config())
+    worker.rollout = SimpleNamespace(model=module)
+    worker._offload(Engine(module))
+    worker._offload(Engine(torch.nn.Linear(2, 2)))
+    assert calls == [True, False]

@@ -35,7 +35,10 @@ RESHARD_SHAPES = {
     "model.norm.weight": (7,),  # replicated, 7 rows: FSDP chunks 4/3
     "lm_head.weight": (12, 6),
 }
+# Sharded on dim 1 by the "trainer": a placement the resharder cannot split, gathered whole instead.
+COLUMN_SHARDED = "model.layers.0.mlp.down_proj.weight"
 STYLES = {
+    "model.layers.*.mlp.down_proj": "rowwise",
     "model.layers.*.self_attn.q_proj": "colwise",
     "model.layers.*.self_attn.o_proj": "rowwise",
     "model.layers.*.mlp.up_proj": "colwise",
@@ -50,6 +53,10 @@ RESPONSE_LENGTH = 8
 def full_tensors() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     return {name: torch.randn(shape, generator=g) for name, shape in RESHARD_SHAPES.items()}
+
+
+def column_sharded() -> torch.Tensor:
+    return torch.arange(4 * 8, dtype=torch.float32).reshape(4, 8)
 
 
 def rollout_config(tp: int, **kw) -> SimpleNamespace:
@@ -94,6 +101,7 @@ def reshard_scenario(rank: int, world: int, res: dict) -> None:
     mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
     sharded = [(n, distribute_tensor(t, mesh, [Shard(0)])) for n, t in full.items()]
     sharded.append(("model.layers.0.input_layernorm.weight", torch.arange(5.0)))  # a plain (replicated) tensor
+    fallback = [(COLUMN_SHARDED, distribute_tensor(column_sharded(), mesh, [Shard(1)]))]
     for tp in (2, 1):
         layout = TensorParallelLayout(world, tp, STYLES)
         stats = ReshardStats()
@@ -102,6 +110,11 @@ def reshard_scenario(rank: int, world: int, res: dict) -> None:
         with AllocationTracker() as tracker:
             for name, tensor in reshard_weights(sharded, layout, bucket_bytes=BUCKET, stats=stats):
                 got[name].copy_(tensor)
+        # The gather-whole fallback (outside the tracked bound: DTensor.full_tensor allocates as it pleases).
+        fallback_stats = ReshardStats()
+        for name, tensor in reshard_weights(fallback, layout, bucket_bytes=BUCKET, stats=fallback_stats):
+            got[name] = tensor.clone()
+        res[f"reshard_tp{tp}_fallback_gathers"] = fallback_stats.full_gathers
         res[f"reshard_tp{tp}"] = got
         res[f"reshard_tp{tp}_stats"] = stats.as_metrics()
         res[f"reshard_tp{tp}_tracker"] = {

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl.testing.distributed import run_ranks
+from verl.testing.distributed import load_script, run_ranks
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed"),
@@ -23,14 +23,7 @@ pytestmark = [
 HERE = Path(__file__).parent
 
 
-def _scenarios():
-    spec = importlib.util.spec_from_file_location("vllm_tp_scenarios", HERE / "vllm_tp_scenarios.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-SC = _scenarios()
+SC = load_script(HERE / "vllm_tp_scenarios.py")
 
 
 @pytest.fixture(scope="module")

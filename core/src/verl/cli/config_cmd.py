@@ -86,9 +86,18 @@ def resolved_summary(cfg: object) -> str:
         device, where = "cpu", f"platform unresolved ({exc}); assuming cpu"
     dtype = str(resolve_dtype(rollout.dtype, device, field="actor_rollout_ref.rollout.dtype")).removeprefix("torch.")
     world, tp = rollout_world_size(cfg), int(rollout.tensor_model_parallel_size)
+    # The hf rollout generates from the reference trainer's own module (one copy of the weights): its dtype is
+    # the trainer's then, whatever rollout.dtype says.
+    shared = rollout.name == "hf" and cfg.actor_rollout_ref.actor.strategy == "reference" and tp == 1
+    dtype_line = (
+        f"  actor_rollout_ref.rollout.dtype: the trainer's (the hf rollout shares its module; {rollout.dtype!r} "
+        f"would be {dtype})"
+        if shared
+        else f"  actor_rollout_ref.rollout.dtype: {dtype}  # from {rollout.dtype!r}"
+    )
     lines = [
         f"resolved on this machine ({where}):",
-        f"  actor_rollout_ref.rollout.dtype: {dtype}  # from {rollout.dtype!r}",
+        dtype_line,
         f"  actor_rollout_ref.rollout.placement: {rollout_placement(cfg)}",
         f"  rollout world: {world} ranks = {max(world // max(tp, 1), 1)} replicas x tensor_model_parallel_size {tp}",
     ]

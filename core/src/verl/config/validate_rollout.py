@@ -85,3 +85,11 @@ def check_rollout(cfg: RootConfig, report: IssueCollector) -> None:
             f"={tp} must divide the rollout world size {world} ({placement}: replicas x tensor-parallel size); "
             f"valid: {valid}",
         )
+    else:
+        per_node = rollout.n_gpus_per_node if placement == "standalone" else cfg.trainer.n_gpus_per_node
+        if per_node % tp:
+            report.warn(
+                TP_KEY,
+                f"={tp} does not divide the {per_node} workers per node: some tensor-parallel groups span machines, "
+                "and every layer's all-reduce then crosses the network",
+            )

@@ -13,6 +13,21 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+
+def load_script(path: str | Path, name: str | None = None) -> Any:
+    """Import a script file as a module (test folders are not packages), e.g. a scenario file that the
+    tests run with :func:`run_ranks` and whose helpers they also use."""
+    import importlib.util
+
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class RanksFailedError(AssertionError):

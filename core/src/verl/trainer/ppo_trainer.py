@@ -33,8 +33,9 @@ def check_model_fits_rollout(cfg: Any, model_path: Any) -> None:
     """Refuse a ``rollout.tensor_model_parallel_size`` the model cannot be split by, before any worker starts.
 
     Raises:
-        ConfigError: the size does not divide the heads, key/value heads, vocabulary or MLP width, or the
-            model has no tensor-parallel plan; one issue naming the key, the sizes and the valid choices.
+        ConfigError: the size does not divide the heads or MLP width (and, for the ``hf`` engine, the key/value
+            heads and vocabulary, or the model has no tensor-parallel plan); one issue naming the key, the
+            sizes and the valid choices.
     """
     tp = int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
     if tp == 1:
@@ -48,9 +49,11 @@ def check_model_fits_rollout(cfg: Any, model_path: Any) -> None:
     hf_config = AutoConfig.from_pretrained(
         str(model_path), trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code
     )
-    problems = tensor_parallel_problems(hf_config, tp, rollout_world_size(cfg))
+    problems = tensor_parallel_problems(
+        hf_config, tp, rollout_world_size(cfg), engine=cfg.actor_rollout_ref.rollout.name
+    )
     if problems:
-        raise ConfigError([ConfigIssue(TP_KEY, "; ".join(problems))])
+        raise ConfigError([ConfigIssue(TP_KEY, problem) for problem in problems])
 
 
 class PPOTrainer(StepStages, ValidationLoop):

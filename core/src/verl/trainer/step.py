@@ -58,6 +58,8 @@ class StepStages:
         with marked_timer("step", timing):
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
             batch, n, baselines = self._generate(batch, metrics)
+            metrics.update(self.switcher.pending)  # what the switch before the first step reported
+            self.switcher.pending = {}
             metrics.update(self.switcher.to_training(self.stage))
             batch = self._score(batch, baselines, n, metrics)
             batch = self._log_probs(batch, metrics)
@@ -130,6 +132,8 @@ class StepStages:
         wg = self.actor_rollout_wg
         source = self.old_log_prob_source()
         batch.meta_info["old_log_prob_source"] = source
+        if source != "recompute":  # no pass to time, but the stage's fault injection point still fires
+            faults.check("old_log_prob", self._step_in_flight)
         if source == "rollout":
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
         elif source == "recompute":

@@ -45,13 +45,16 @@ class ModeSwitcher:
         self.actor_wg = actor_wg
         self.rollout_wg = rollout_wg
         self.critic_wg = critic_wg
+        self.pending: dict[str, float] = {}  # metrics of enter_generation, logged with the next step
 
     def _trainer_groups(self) -> list[Any]:
         return [g for g in (self.actor_wg, self.critic_wg) if g is not None and hasattr(g, "offload_trainer")]
 
     def enter_generation(self) -> dict[str, float]:
-        """Before the first step: training engines offload (the rollout starts awake with current weights)."""
-        return reduce_rank_metrics([m for g in self._trainer_groups() for m in g.offload_trainer()])
+        """Before the first step: training engines offload (the rollout starts awake with current weights).
+        The metrics are also kept in :attr:`pending` for the first step's row."""
+        self.pending = reduce_rank_metrics([m for g in self._trainer_groups() for m in g.offload_trainer()])
+        return self.pending
 
     def to_training(self, stage: Stage) -> dict[str, float]:
         """After generation: the rollout sleeps, the training engines onload."""

@@ -224,12 +224,20 @@ class ActorRolloutRefWorker(Worker):
         """Before generation: move the actor's (and ref's) weights / optimizer state to host memory as their
         options say (``param_offload``, ``optimizer_offload``; nothing on CPU)."""
         out: dict[str, float] = {}
-        if not self._is_rollout:  # a pool without a rollout: its training phase ends here
-            out.update(self.phases.close("train"))
         for name, engine in (("actor", self.actor), ("ref", self.ref)):
             if engine is not None and hasattr(engine, "offload"):
-                out.update(measured(self.platform, f"offload_{name}", engine.offload))
+                out.update(measured(self.platform, f"offload_{name}", lambda e=engine: self._offload(e)))
         return out
+
+    def _offload(self, engine: Any) -> Any:
+        """``engine.offload()``; an engine whose module the rollout generates from keeps its weights on the
+        device (only its optimizer state can move), whatever ``param_offload`` says."""
+        from verl.engines.reference.offload import HostOffload
+        from verl.engines.weight_sync.colocated import shares_module
+
+        if self.rollout is not None and shares_module(engine, self.rollout):
+            return engine.offload(keep_params=True) if isinstance(engine, HostOffload) else None
+        return engine.offload()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def onload_trainer(self) -> dict[str, float]:
@@ -278,11 +286,13 @@ class ActorRolloutRefWorker(Worker):
         """Standalone / colocated placement: the actor pool sends its weights, the rollout pool receives them
         (call both); returns this rank's ``weight_sync/<key>`` metrics."""
         self._need(self.weight_sync, "weight sync")
+        out: dict[str, float] = {}
         if self._is_actor:
+            out.update(self.phases.close("train"))  # a pool without a rollout: its training phase ends here
             metrics = self.weight_sync.sync(self.actor, None)
         else:
             metrics = self.weight_sync.sync(None, self.rollout)
-        out = {f"weight_sync/{k}": float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+        out.update({f"weight_sync/{k}": float(v) for k, v in metrics.items() if isinstance(v, int | float)})
         out.update(self.phases.close("update_weights"))
         return out
 

@@ -85,6 +85,7 @@ class CriticWorker(Worker):
                 "model engine); use critic.strategy=reference or fsdp"
             )
         self.strategy = strategy
+        self._platform = platform
         return {"rank": self.rank, "model_path": str(model_path), "device": str(device), "strategy": strategy}
 
     def _init_process_group(self, platform: Any) -> None:
@@ -92,6 +93,25 @@ class CriticWorker(Worker):
         from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
         ActorRolloutRefWorker._init_process_group(self, platform)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def offload_trainer(self) -> dict[str, float]:
+        """Before generation: the critic's weights / optimizer state to host memory as its options say
+        (``critic.engine_kwargs.<strategy>.param_offload`` / ``optimizer_offload``; nothing on CPU)."""
+        from verl.workers.switching import measured
+
+        self._need()
+        return (
+            measured(self._platform, "offload_critic", self.critic.offload) if hasattr(self.critic, "offload") else {}
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def onload_trainer(self) -> dict[str, float]:
+        """After generation: bring the critic's offloaded state back."""
+        from verl.workers.switching import measured
+
+        self._need()
+        return measured(self._platform, "onload_critic", self.critic.onload) if hasattr(self.critic, "onload") else {}
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: Any) -> Any:

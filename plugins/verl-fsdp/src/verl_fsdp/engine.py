@@ -297,18 +297,12 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
     def weight_manifest(self, layout: Any = None) -> list[tuple[str, tuple[int, ...]]]:
         """``(hf_name, shape)`` of what :meth:`iter_weights` (with ``layout``) yields on this rank; no communication."""
         from verl.engines.weight_sync.layout import local_shape
+        from verl.engines.weight_sync.reshard import dedupe_tied
 
-        names: list[tuple[str, tuple[int, ...]]] = []
-        seen: set[tuple[int, int]] = set()
-        for name, tensor in self.model.state_dict().items():
-            if layout is not None:  # the resharded stream sends tied weights once
-                local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-                key = (local.untyped_storage().data_ptr(), local.storage_offset())
-                if local.numel() and key in seen:
-                    continue
-                seen.add(key)
-            names.append((name, local_shape(layout, name, tuple(tensor.shape), self.rank)))
-        return names
+        items = list(self.model.state_dict().items())
+        if layout is not None:  # the resharded stream sends tied weights once
+            items, _ = dedupe_tied(items)
+        return [(name, local_shape(layout, name, tuple(t.shape), self.rank)) for name, t in items]
 
     def _gather(self, bucket: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
         with torch.no_grad():
@@ -323,6 +317,7 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         """
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
+        self.onload()
         state: dict[str, Any] = {
             "model": get_model_state_dict(self.model),
             "global_step": self.global_step,
@@ -343,6 +338,7 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         """
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
+        self.onload()
         saved = (int(state.get("world_size", self.world_size)), int(state.get("rank", self.rank)))
         if saved != (self.world_size, self.rank):
             raise ValueError(
@@ -359,6 +355,7 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
     def save_checkpoint(self, folder: Any) -> None:
         """Sharded DCP checkpoint of model, optimizer, LR scheduler and counters (collective); see
         :mod:`verl_fsdp.checkpoint` for the layout."""
+        self.onload()  # offloaded shards come back first: the collectives run on the device
         ckpt.save_dcp(self, folder)
 
     def load_checkpoint(self, folder: Any) -> None:
@@ -367,6 +364,7 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         Raises:
             FileNotFoundError: not a verl-fsdp checkpoint. ValueError: different world size.
         """
+        self.onload()
         ckpt.load_dcp(self, folder)
 
     def save_hf(self, path: Any, tokenizer: Any = None) -> None:
@@ -374,6 +372,7 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
 
         The exported config has ``use_cache: true``.
         """
+        self.onload()
         full = ckpt.full_state_dict_rank0(self.model)
         if self.rank == 0:
             ckpt.write_hf_folder(self.model.config, full, path)
@@ -382,13 +381,13 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         del full
         dist.barrier()
 
-    def offload(self) -> dict[str, int]:
+    def offload(self, *, keep_params: bool = False) -> dict[str, int]:
         """As the reference engine (weights under ``param_offload``, optimizer state under ``optimizer_offload``
         to host memory; ``Module.to`` moves the FSDP2 shards), except under ``offload_policy``, where FSDP's
         ``CPUOffloadPolicy`` already keeps everything on the host."""
         if self.options.offload_policy:
             return {"params_bytes": 0, "optimizer_bytes": 0}
-        return super().offload()
+        return super().offload(keep_params=keep_params)
 
 
 class FSDPCriticEngine(FSDPTrainingEngine, ReferenceCriticEngine):

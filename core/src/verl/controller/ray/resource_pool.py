@@ -132,6 +132,7 @@ class RayResourcePool:
         """
         if self._pgs is not None:
             return list(self._pgs)
+        self._check_fits()
         timeout = self.placement_timeout_s if timeout_s is None else float(timeout_s)
         token = uuid.uuid4().hex[:8]
         bundle = self.bundle()
@@ -149,6 +150,35 @@ class RayResourcePool:
             raise PlacementError(self._placement_message(unplaced, timeout))
         self._pgs = pgs
         return list(pgs)
+
+    def _check_fits(self) -> None:
+        """Fail at once (instead of after the timeout) when some node entry needs more than any machine of the
+        cluster has in total: such a placement group can never be placed.
+
+        Raises:
+            PlacementError: naming the entry, the largest machine and the fix.
+        """
+        largest: dict[str, float] = {}
+        for node in ray.nodes():
+            if node.get("Alive", True):
+                for key, value in (node.get("Resources") or {}).items():
+                    largest[key] = max(largest.get(key, 0.0), float(value))
+        bundle = self.bundle()
+        for i, count in enumerate(self.process_on_nodes):
+            short = {k: v * count for k, v in bundle.items() if v * count > largest.get(k, 0.0) + 1e-9}
+            if short:
+                have = {k: largest.get(k, 0.0) for k in short}
+                hint = (
+                    f" On CPU each worker takes {self.cpus_per_worker:g} logical CPU: give Ray more logical CPUs than "
+                    f"cores with +ray_kwargs.ray_init.num_cpus={int(-(-bundle['CPU'] * count // 1))} (workers then share "
+                    "the cores), or use fewer workers."
+                    if "CPU" in short and self.resource_name == "CPU"
+                    else ""
+                )
+                raise PlacementError(
+                    f"RayResourcePool(process_on_nodes={self.process_on_nodes}) can never be placed: node {i} needs "
+                    f"{short} on one machine, the largest machine has {have}.{hint}"
+                )
 
     def _placement_message(self, unplaced: list[int], timeout: float) -> str:
         bundle = self.bundle()

@@ -23,18 +23,25 @@ class HostOffload:
     optimizer_offload: bool
     offloaded: bool
 
-    def offload(self) -> dict[str, int]:
+    def offload(self, *, keep_params: bool = False) -> dict[str, int]:
         """Move what the options say to host memory: weights (``param_offload``), optimizer state
-        (``optimizer_offload``); returns ``{"params_bytes", "optimizer_bytes"}`` moved. No-op on CPU."""
+        (``optimizer_offload``); returns ``{"params_bytes", "optimizer_bytes"}`` moved. No-op on CPU.
+
+        Args:
+            keep_params: leave the weights on the device even with ``param_offload`` (a rollout generates
+                from this very module).
+        """
         moved = {"params_bytes": 0, "optimizer_bytes": 0}
         if self.device.type == "cpu" or self.offloaded:
             return moved
-        if self.param_offload:
+        params = self.param_offload and not keep_params
+        if params:
             moved["params_bytes"] = _module_bytes(self.model)
             self.model.to("cpu")
         if self.optimizer_offload:
             moved["optimizer_bytes"] = self._move_optimizer_state(torch.device("cpu"))
-        self.offloaded = bool(self.param_offload or self.optimizer_offload)
+        self._params_offloaded = params
+        self.offloaded = bool(params or self.optimizer_offload)
         device_module = getattr(torch, self.device.type, None)
         if self.offloaded and device_module is not None and hasattr(device_module, "empty_cache"):
             device_module.empty_cache()
@@ -45,7 +52,7 @@ class HostOffload:
         moved = {"params_bytes": 0, "optimizer_bytes": 0}
         if not self.offloaded:
             return moved
-        if self.param_offload:
+        if getattr(self, "_params_offloaded", self.param_offload):
             self.model.to(self.device)
             moved["params_bytes"] = _module_bytes(self.model)
         if self.optimizer_offload:

@@ -18,7 +18,7 @@ The KV cache is allocated inside each ``generate`` call for that batch and freed
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -76,7 +76,8 @@ class RolloutWeights:
         self.layout = layout
         self.rank = rank
         self.asleep = False
-        self._saved: list[tuple[torch.Tensor, int, torch.Tensor | None]] = []  # (tensor, nbytes, host copy)
+        # What sleep freed, to re-allocate on wake-up: (tensor owning the storage, its bytes, level-1 host copy).
+        self._saved: list[tuple[torch.Tensor, int, torch.Tensor | None]] = []
         self._stale: set[str] = set()
         self._aliases = _alias_groups(model)
 
@@ -108,12 +109,14 @@ class RolloutWeights:
 
         A tensor may be the full weight (sliced here for a shard) or exactly this rank's shard. A tensor that
         already *is* the live parameter (shared module) is skipped. Tied names address one tensor: either
-        may be sent.
+        may be sent. An engine asleep wakes its weights first (as verl's hybrid engine does before a sync).
 
         Raises:
             UnknownWeightError, ValueError: as :meth:`check`, for the pair that fails (earlier pairs are
                 written: call :meth:`check` first for all-or-nothing updates).
         """
+        if self.asleep:  # weights freed by sleep() must exist again before anything is written into them
+            self.wake_up()
         targets = self._targets()
         count = 0
         with torch.no_grad():
@@ -128,7 +131,6 @@ class RolloutWeights:
                 copy_into_parameter(name, target, tensor, self.layout, self.rank)
                 self._stale.difference_update(self._aliases.get(name, (name,)))
                 count += 1
-                del tensor  # copied: the sender may free it before producing the next one
         return count
 
     def stale(self) -> list[str]:
@@ -212,15 +214,16 @@ def _alias_groups(model: torch.nn.Module) -> dict[str, tuple[str, ...]]:
     return {name: tuple(names) for names in by_id.values() for name in names}
 
 
-def _unique_storage_tensors(model: torch.nn.Module) -> Iterator[torch.Tensor]:
-    """One local tensor per distinct parameter storage; storages backed by files are first made resizable."""
+def _unique_storage_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    """One local tensor per distinct parameter storage, listed before anything is resized (tied parameters
+    share one storage); storages backed by files are first replaced by owned, resizable copies."""
     from torch.distributed.tensor import DTensor
 
-    seen: set[int] = set()
+    kept: list[Any] = []  # the storage objects themselves: their ids stay unique while they are held here
+    tensors: list[torch.Tensor] = []
     for param in model.parameters():
         tensor = local_tensor(param)
-        storage = tensor.untyped_storage()
-        if not storage.resizable():
+        if not tensor.untyped_storage().resizable():
             # from_pretrained can hand out memory-mapped checkpoint storage, which cannot be resized: own a copy.
             owned = tensor.detach().clone()
             if isinstance(param, DTensor):
@@ -228,12 +231,12 @@ def _unique_storage_tensors(model: torch.nn.Module) -> Iterator[torch.Tensor]:
             else:
                 param.data = owned
             tensor = local_tensor(param)
-            storage = tensor.untyped_storage()
-        key = storage.data_ptr()
-        if key in seen:
+        storage = tensor.untyped_storage()
+        if any(storage is other for other in kept):
             continue
-        seen.add(key)
-        yield tensor
+        kept.append(storage)
+        tensors.append(tensor)
+    return tensors
 
 
 def _empty_cache(device: torch.device) -> None:

@@ -435,7 +435,7 @@ class ReferenceTrainingEngine(HostOffload):
             rank=0,
             world_size=1,
             stats=stats,
-            dedupe_tied=False,
+            dedupe=False,
         )
 
     def weight_manifest(self, layout: Any = None) -> list[tuple[str, tuple[int, ...]]]:

@@ -121,7 +121,7 @@ class BroadcastCheckpointEngine:
             platform = current_platform()
         self.config = config
         self.platform = platform
-        # The group's collective backend; default the platform's (gloo, nccl, hccl).
+        # Overridable because colocated processes share a GPU, where only gloo (host memory) can connect them.
         self.backend = backend or platform.dist_backend
         self.options = _options(config)
         if self.options.bucket_bytes is not None:

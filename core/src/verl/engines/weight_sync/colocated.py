@@ -28,7 +28,7 @@ import torch
 
 from verl.engines.weight_sync.buckets import ALIGN, bucket_capacity_bytes
 
-# Attributes under which engines expose their live nn.Module (the reference engines use ``model``).
+# Engines expose their live module under different names (``model`` here, ``module`` in some plugins).
 _MODULE_ATTRS = ("model", "module")
 
 
@@ -119,7 +119,6 @@ class ColocatedCheckpointEngine:
                 counts["tensors"] += 1
                 counts["bytes"] += tensor.numel() * tensor.element_size()
                 yield name, tensor
-                del tensor  # let the resharder free this slice before the next bucket is allocated
 
         extra: dict[str, Any] = {}
         if layout is None:
@@ -142,8 +141,8 @@ class ColocatedCheckpointEngine:
         if callable(manifest_fn) and callable(check_fn):
             try:
                 check_fn(manifest_fn(layout))
-            except (KeyError, ValueError) as exc:
-                error = str(exc)
+            except Exception as exc:  # any failure here must reach the other ranks, or they wait forever
+                error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KeyError | ValueError) else str(exc)
         world = getattr(layout, "world_size", 1)
         errors = [error]
         if world > 1:

@@ -56,6 +56,7 @@ class ShardSlice:
 
     @property
     def length(self) -> int:
+        """Rows (or columns) in the slice along ``dim``."""
         return self.stop - self.start
 
     def shape_of(self, full_shape: Sequence[int]) -> tuple[int, ...]:
@@ -135,9 +136,11 @@ class TensorParallelLayout:
         return self.world_size // self.tp_size
 
     def tp_rank(self, rank: int) -> int:
+        """``rank``'s position inside its tensor-parallel group, ``0 .. tp_size - 1``."""
         return rank % self.tp_size
 
     def dp_rank(self, rank: int) -> int:
+        """Which rollout replica ``rank`` belongs to, ``0 .. dp_size - 1``."""
         return rank // self.tp_size
 
     def group(self, rank: int) -> list[int]:
@@ -183,6 +186,7 @@ class TensorParallelLayout:
         return ShardSlice(dim, start, start + part)
 
     def describe(self) -> str:
+        """``tp<T>/world<W>[pattern=style,...]``: equal on every rank that built the same layout."""
         styles = ",".join(f"{p}={s}" for p, s in sorted(self.module_styles.items()))
         return f"tp{self.tp_size}/world{self.world_size}[{styles}]"
 
@@ -231,33 +235,49 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def tensor_parallel_problems(hf_config: Any, tp_size: int, world_size: int) -> list[str]:
+def tensor_parallel_problems(hf_config: Any, tp_size: int, world_size: int, *, engine: str = "hf") -> list[str]:
     """Why ``tp_size`` cannot split this model over this world (empty when it can).
 
-    Checked: ``tp_size`` divides the rollout world size, the attention heads, the key/value heads, the
-    vocabulary and the MLP width (each split evenly over a group); the model has a tensor-parallel plan.
-    Each message names :data:`TP_KEY`, the sizes and the valid choices.
+    Checked for every engine: ``tp_size`` divides the rollout world size, the attention heads and the MLP
+    width. The ``hf`` engine (DTensor, transformers' plan) also needs the key/value heads, the vocabulary and a
+    tensor-parallel plan to split evenly; other engines (vLLM, SGLang) replicate key/value heads when the TP
+    size is a multiple of their count and pad the vocabulary themselves. Each message names :data:`TP_KEY`,
+    the sizes and the valid choices.
+
+    Args:
+        hf_config: the model's ``PretrainedConfig``.
+        tp_size: ``rollout.tensor_model_parallel_size``.
+        world_size: ranks of the rollout world.
+        engine: the rollout engine's name (``rollout.name``).
     """
     if tp_size == 1:
         return []
+    strict = engine == "hf"
+    heads = getattr(hf_config, "num_attention_heads", None)
     sizes = {
         "rollout world size": world_size,
-        "num_attention_heads": getattr(hf_config, "num_attention_heads", None),
-        "num_key_value_heads": getattr(hf_config, "num_key_value_heads", None)
-        or getattr(hf_config, "num_attention_heads", None),
-        "vocab_size": getattr(hf_config, "vocab_size", None),
+        "num_attention_heads": heads,
         "intermediate_size": getattr(hf_config, "intermediate_size", None),
     }
+    if strict:
+        sizes["num_key_value_heads"] = getattr(hf_config, "num_key_value_heads", None) or heads
+        sizes["vocab_size"] = getattr(hf_config, "vocab_size", None)
     known = {k: int(v) for k, v in sizes.items() if isinstance(v, int) and v > 0}
-    common = math.gcd(*known.values()) if known else 1
-    valid = divisors(common)
+    valid = divisors(math.gcd(*known.values()) if known else 1)
     problems = [
         f"{TP_KEY}={tp_size} does not divide {what} ({value}); valid sizes for this model and world: {valid}"
         for what, value in known.items()
         if value % tp_size
     ]
-    try:
-        model_module_styles(hf_config)
-    except UnsupportedLayoutError as exc:
-        problems.append(str(exc))
+    kv = getattr(hf_config, "num_key_value_heads", None) or heads
+    if not strict and isinstance(kv, int) and kv > 0 and kv % tp_size and tp_size % kv:
+        problems.append(
+            f"{TP_KEY}={tp_size}: num_key_value_heads ({kv}) must be divisible by it or divide it "
+            f"(rollout engine {engine!r} replicates key/value heads only then)"
+        )
+    if strict:
+        try:
+            model_module_styles(hf_config)
+        except UnsupportedLayoutError as exc:
+            problems.append(str(exc))
     return problems

@@ -13,7 +13,8 @@ view of the output and nothing is concatenated. A piece is sent from a view of t
 first only when it is not contiguous: the column block of a row-parallel weight). A slice the rank holds
 entirely itself is a view of its shard, never copied.
 
-Memory: a bucket's slices are allocated together and freed once consumed; a bucket closes before any rank's
+Memory: a bucket's slices are allocated together, and the generator lets go of each as it yields it (the
+consumer copies it and drops it); a bucket closes before any rank's
 ``received slices + send copies`` would pass ``bucket_bytes`` (a weight that alone is larger goes alone). So
 the extra memory of a sync is at most ``max(bucket_bytes, the largest single weight's cost)`` plus the last
 slice the consumer still holds: no rank ever holds a whole sharded tensor unless its own slice is the whole
@@ -50,11 +51,21 @@ class _Entry:
     name: str
     shape: tuple[int, ...]
     dtype: torch.dtype
-    local: torch.Tensor  # this rank's chunk (sharded) or the whole tensor (replicated)
+    local: torch.Tensor | None  # this rank's chunk (sharded) or the whole tensor (replicated); None until gathered
     chunks: list[tuple[int, int]]  # dim-0 row ranges; one entry [(0, N)] when replicated
     holders: Any  # holders(receiver, chunk) -> rank holding that chunk (receiver itself when replicated)
     my_chunk: int  # chunk index of `local`
     full_gather: bool = False
+    source: Any = None  # the DTensor to gather whole, when its layout cannot be resharded (full_gather)
+
+    def gathered(self) -> None:
+        """For a ``full_gather`` weight: gather it now (collective: every rank does it at the same point)."""
+        if self.local is None:
+            self.local = self.source.full_tensor().detach()
+
+    def as_full_gather(self) -> _Entry:
+        """This weight, to be gathered whole when its bucket comes (instead of resharded)."""
+        return _Entry(self.name, self.shape, self.dtype, None, [(0, _rows(self.shape))], None, 0, True, self.source)
 
     @property
     def replicated(self) -> bool:
@@ -77,13 +88,18 @@ def _element_count(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
 
-def _entry(name: str, tensor: torch.Tensor, rank: int, world: int) -> _Entry:
-    """Describe ``tensor`` as chunks; unsupported DTensor placements are gathered whole (``full_gather``)."""
+def _entry(name: str, tensor: torch.Tensor, rank: int, world: int) -> tuple[_Entry, bool]:
+    """Describe ``tensor`` as chunks, and whether this rank's part is what the chunking says (``ok``).
+
+    Placements the plan cannot express (decided from the DTensor's global metadata, so alike on every rank)
+    become ``full_gather`` entries; a local shard of an unexpected size makes ``ok`` False, which the caller
+    reconciles over the ranks before anything moves.
+    """
     from torch.distributed.tensor import DTensor
 
     if not isinstance(tensor, DTensor):
         local = tensor.detach()
-        return _Entry(name, tuple(local.shape), local.dtype, local, [(0, _rows(local.shape))], None, 0)
+        return _Entry(name, tuple(local.shape), local.dtype, local, [(0, _rows(local.shape))], None, 0), True
     placements = tuple(tensor.placements)
     mesh = tensor.device_mesh
     grid = mesh.mesh
@@ -99,12 +115,12 @@ def _entry(name: str, tensor: torch.Tensor, rank: int, world: int) -> _Entry:
         )
     )
     shape = tuple(tensor.shape)
+    whole = _Entry(name, shape, tensor.dtype, None, [(0, _rows(shape))], None, 0, True, tensor)
     if not simple:
-        full = tensor.full_tensor().detach()
-        return _Entry(name, shape, full.dtype, full, [(0, _rows(shape))], None, 0, full_gather=True)
+        return whole, True
     local = tensor.to_local().detach()
     if not shard_dims:
-        return _Entry(name, shape, local.dtype, local, [(0, shape[0])], None, 0)
+        return _Entry(name, shape, local.dtype, local, [(0, shape[0])], None, 0, source=tensor), True
     k = shard_dims[0]
     n = int(grid.shape[k])
     rows = shape[0]
@@ -118,10 +134,8 @@ def _entry(name: str, tensor: torch.Tensor, rank: int, world: int) -> _Entry:
         return int(grid[tuple(coord)])
 
     my_chunk = coords[rank][k]
-    if local.shape[0] != chunks[my_chunk][1] - chunks[my_chunk][0]:
-        full = tensor.full_tensor().detach()
-        return _Entry(name, shape, full.dtype, full, [(0, rows)], None, 0, full_gather=True)
-    return _Entry(name, shape, local.dtype, local, chunks, holders, my_chunk)
+    ok = local.shape[0] == chunks[my_chunk][1] - chunks[my_chunk][0]
+    return _Entry(name, shape, local.dtype, local, chunks, holders, my_chunk, source=tensor), ok
 
 
 def _rows(shape: Sequence[int]) -> int:
@@ -190,24 +204,35 @@ class ReshardStats:
     skipped_tied: int = 0
 
     def as_metrics(self) -> dict[str, int]:
+        """The counters as a ``{name: int}`` dict (the sync's ``weight_sync/<name>`` metrics)."""
         return attrs.asdict(self)
 
 
-def _dedupe(weights: Iterable[tuple[str, torch.Tensor]], stats: ReshardStats) -> list[tuple[str, torch.Tensor]]:
+def tied_key(tensor: torch.Tensor) -> tuple[Any, ...] | None:
+    """What makes two state-dict entries one tensor (tied weights): the same storage, offset, shape and dtype
+    of this rank's part; None for an empty tensor (never deduplicated)."""
     from torch.distributed.tensor import DTensor
 
+    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    if local.numel() == 0:
+        return None
+    return (local.untyped_storage().data_ptr(), local.storage_offset(), tuple(tensor.shape), local.dtype)
+
+
+def dedupe_tied(weights: Iterable[tuple[str, torch.Tensor]]) -> tuple[list[tuple[str, torch.Tensor]], int]:
+    """``weights`` without entries that alias an earlier one (:func:`tied_key`), and how many were dropped."""
     seen: set[tuple[Any, ...]] = set()
     out = []
+    skipped = 0
     for name, tensor in weights:
-        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-        if local.numel() > 0:
-            key = (local.untyped_storage().data_ptr(), local.storage_offset(), tuple(tensor.shape), local.dtype)
-            if key in seen:
-                stats.skipped_tied += 1
-                continue
+        key = tied_key(tensor)
+        if key is not None and key in seen:
+            skipped += 1
+            continue
+        if key is not None:
             seen.add(key)
         out.append((name, tensor))
-    return out
+    return out, skipped
 
 
 def reshard_weights(
@@ -219,7 +244,7 @@ def reshard_weights(
     rank: int | None = None,
     world_size: int | None = None,
     stats: ReshardStats | None = None,
-    dedupe_tied: bool = True,
+    dedupe: bool = True,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, this rank's slice)`` of every weight, in order; collective over the default group.
 
@@ -235,7 +260,7 @@ def reshard_weights(
         device: where slices are assembled and sent from (``cpu`` for gloo); default the first tensor's device.
         rank / world_size: default ``torch.distributed``'s (0 / 1 when it is not initialised).
         stats: filled in as the generator runs (:class:`ReshardStats`).
-        dedupe_tied: skip a weight that aliases an earlier one (tied embeddings: the rollout ties them too).
+        dedupe: skip a weight that aliases an earlier one (tied embeddings: the rollout ties them too).
 
     Raises:
         ValueError: ``layout.world_size`` differs from the group's world size, or ``bucket_bytes < 1``.
@@ -254,15 +279,30 @@ def reshard_weights(
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
     stats = stats if stats is not None else ReshardStats()
-    pairs = _dedupe(weights, stats) if dedupe_tied else list(weights)
+    if dedupe:
+        pairs, skipped = dedupe_tied(weights)
+        stats.skipped_tied += skipped
+    else:
+        pairs = list(weights)
     if world > 1:
         _check_same_everywhere(pairs, layout, world)
-    entries = [_entry(name, tensor, me, world) for name, tensor in pairs]
-    stats.full_gathers += sum(e.full_gather for e in entries)
+    described = [_entry(name, tensor, me, world) for name, tensor in pairs]
     if device is None:
-        device = entries[0].local.device if entries else torch.device("cpu")
+        first = next((e.local for e, _ in described if e.local is not None), None)
+        device = first.device if first is not None else torch.device("cpu")
+    device = torch.device(device)
+    entries = [e for e, _ in described]
+    if world > 1 and entries:
+        # A shard of an unexpected size on any rank sends that weight down the whole-gather path on every
+        # rank: the ranks must agree on the plan, or their sends and receives would not match.
+        import torch.distributed as dist
+
+        ok = torch.tensor([int(good) for _, good in described], dtype=torch.int32, device=device)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        entries = [e if good else e.as_full_gather() for e, good in zip(entries, ok.tolist(), strict=True)]
+    stats.full_gathers += sum(e.full_gather for e in entries)
     for bucket in _plan_buckets(entries, layout, world, me, bucket_bytes):
-        yield from _flush(bucket, me, world, torch.device(device), stats)
+        yield from _flush(bucket, me, world, device, stats)
 
 
 _Bucket = list[tuple[_Entry, list[list[_Piece]], list[ShardSlice | None]]]
@@ -276,6 +316,9 @@ def _zero_copy(pieces: list[_Piece], receiver: int) -> bool:
 def _cost(entry: _Entry, plan: list[list[_Piece]], targets: list[ShardSlice | None], world: int) -> list[int]:
     """Bytes each rank allocates for ``entry``: its assembled slice (unless zero-copy) + non-contiguous send copies."""
     cost = [0] * world
+    if entry.full_gather:  # every rank holds the gathered whole tensor while its bucket is consumed
+        whole = math.prod(entry.shape) * entry.dtype.itemsize
+        cost = [whole] * world
     for receiver, pieces in enumerate(plan):
         if not _zero_copy(pieces, receiver):
             cost[receiver] += sum(p.nbytes for p in pieces)
@@ -308,7 +351,9 @@ def _plan_buckets(
 def _check_same_everywhere(pairs: list[tuple[str, torch.Tensor]], layout: WeightLayout, world: int) -> None:
     import torch.distributed as dist
 
-    digest = layout_digest(layout, [(name, tuple(t.shape)) for name, t in pairs])
+    digest = layout_digest(
+        layout, [(f"{name}:{t.dtype}:{getattr(t, 'placements', 'local')}", tuple(t.shape)) for name, t in pairs]
+    )
     digests: list[Any] = [None] * world
     dist.all_gather_object(digests, (digest, len(pairs)))
     if len(set(digests)) > 1:
@@ -324,14 +369,19 @@ def _flush(
     """Exchange one bucket (every rank posts the same sends and receives, pair by pair in plan order)."""
     import torch.distributed as dist
 
-    outs: list[torch.Tensor] = []
+    outs: list[torch.Tensor | None] = []
     ops: list[Any] = []
     allocated = 0
     for tag, (entry, plan, targets) in enumerate(bucket):
+        if entry.full_gather:
+            entry.gathered()
         mine, target = plan[me], targets[me]
         shape = entry.shape if target is None else target.shape_of(entry.shape)
         if _zero_copy(mine, me):
-            out = _view(entry.local, mine[0], target).to(device)
+            out = _view(entry.local, mine[0], target)
+            if out.device != device:  # e.g. shards kept on the host (offload_policy) for a device rollout
+                out = out.to(device)
+                allocated += out.numel() * out.element_size()
         else:
             out = torch.empty(shape, dtype=entry.dtype, device=device)
             allocated += out.numel() * out.element_size()
@@ -353,10 +403,10 @@ def _flush(
                 if p.src != me:
                     continue
                 piece = _view(entry.local, p, targets[receiver])
-                if not piece.is_contiguous():
-                    piece = piece.contiguous()
+                if not piece.is_contiguous() or piece.device != device:
+                    piece = piece.to(device).contiguous()
                     allocated += piece.numel() * piece.element_size()
-                ops.append(dist.P2POp(dist.isend, piece.to(device), receiver, tag=tag))
+                ops.append(dist.P2POp(dist.isend, piece, receiver, tag=tag))
                 stats.sent_bytes += p.nbytes
     stats.peak_buffer_bytes = max(stats.peak_buffer_bytes, allocated)
     if ops:
@@ -364,11 +414,14 @@ def _flush(
             request.wait()
         stats.buckets += 1
     del ops
-    for (entry, _, _), out in zip(bucket, outs, strict=True):
+    for index, (entry, _, _) in enumerate(bucket):
+        out, outs[index] = outs[index], None  # the generator keeps no reference once the consumer has it
         stats.tensors += 1
         stats.bytes += out.numel() * out.element_size()
         yield entry.name, out
-    del outs, out
+        del out
+        if entry.full_gather:
+            entry.local = None
 
 
-__all__ = ["ALIGN", "LayoutMismatchError", "ReshardStats", "reshard_weights"]
+__all__ = ["ALIGN", "LayoutMismatchError", "ReshardStats", "dedupe_tied", "reshard_weights", "tied_key"]
