@@ -194,9 +194,27 @@ def test_both_sides_in_one_process_hand_over_directly(tmp_path):
         assert torch.equal(rollout.model.state_dict()[name], t)
 
 
+def _sender_thread(send):
+    """Rank 0 (``send(engine)``) in a thread and rank 1 joined here, of a 2-rank gloo sync group with 4 KiB
+    buckets in this process (a gloo group is per object); returns ``(sender, receiver, thread)``."""
+    import threading
+
+    port = free_port()
+    sender = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
+    receiver = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
+
+    def run():
+        sender.init_group(master_addr="127.0.0.1", master_port=port, rank=0, world_size=2, timeout_s=30)
+        send(sender)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    receiver.init_group(master_addr="127.0.0.1", master_port=port, rank=1, world_size=2, timeout_s=30)
+    return sender, receiver, thread
+
+
 def test_receiver_error_drains_remaining_buckets_then_raises():
     """Two ranks in threads of this process (a gloo group is per object): the sender must still finish."""
-    import threading
 
     weights = {f"w{i}": torch.full((1024,), float(i)) for i in range(4)}  # 4096 bytes each: one per 4096 bucket
     loaded: list[str] = []
@@ -209,18 +227,12 @@ def test_receiver_error_drains_remaining_buckets_then_raises():
                 assert torch.equal(t, weights[name])
                 loaded.append(name)
 
-    port = free_port()
-    sender = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
-    receiver = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
     results: dict = {}
-
-    def send():
-        sender.init_group(master_addr="127.0.0.1", master_port=port, rank=0, world_size=2, timeout_s=30)
-        results["sender"] = sender.sync(SimpleNamespace(iter_weights=lambda: iter(weights.items())), None)
-
-    thread = threading.Thread(target=send)
-    thread.start()
-    receiver.init_group(master_addr="127.0.0.1", master_port=port, rank=1, world_size=2, timeout_s=30)
+    sender, receiver, thread = _sender_thread(
+        lambda engine: results.update(
+            sender=engine.sync(SimpleNamespace(iter_weights=lambda: iter(weights.items())), None)
+        )
+    )
     with pytest.raises(KeyError, match="w1"):
         receiver.sync(None, Rollout())
     thread.join(timeout=30)
@@ -234,7 +246,6 @@ def test_receiver_error_drains_remaining_buckets_then_raises():
 def test_a_refused_manifest_loads_nothing_and_the_sender_finishes():
     """The sender announces the update's names and shapes first; a receiver whose rollout refuses them loads
     no bucket, drains the rest and raises; the sender and the group stay usable."""
-    import threading
 
     from verl.engines.weight_sync.colocated import WeightCheckError
 
@@ -261,19 +272,10 @@ def test_a_refused_manifest_loads_nothing_and_the_sender_finishes():
         def update_weights(self, pairs):
             loaded.extend(name for name, _ in pairs)
 
-    port = free_port()
-    sender = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
-    receiver = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
     results: dict = {}
-
-    def send():
-        sender.init_group(master_addr="127.0.0.1", master_port=port, rank=0, world_size=2, timeout_s=30)
-        results["first"] = sender.sync(Trainer(), None)
-        results["second"] = sender.sync(Trainer(), None)
-
-    thread = threading.Thread(target=send)
-    thread.start()
-    receiver.init_group(master_addr="127.0.0.1", master_port=port, rank=1, world_size=2, timeout_s=30)
+    sender, receiver, thread = _sender_thread(
+        lambda engine: results.update(first=engine.sync(Trainer(), None), second=engine.sync(Trainer(), None))
+    )
     with pytest.raises(WeightCheckError, match="refused before writing anything.*'w1' has shape \\(1024,\\)"):
         receiver.sync(None, Rollout())
     assert loaded == []

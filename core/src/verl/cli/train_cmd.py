@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         return _export_if_missing(finished, run_dir)
 
     from verl.controller import WorkerError
+    from verl.controller.errors import PlacementError
     from verl.rewards.errors import RewardFunctionError
     from verl.trainer.checkpoint import CheckpointSaveError
     from verl.trainer.guards import NonFiniteStepsError
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
             # errors raised before any training: print them plainly; -v shows the traceback.
             trainer = PPOTrainer(cfg, run_dir)
             trainer.init()
-        except (ValueError, FileNotFoundError, WorkerError, _placement_error()) as exc:
+        except (ValueError, FileNotFoundError, WorkerError, PlacementError) as exc:
             if args.verbose:
                 raise
             print(f"error: {exc}", file=sys.stderr)
@@ -176,16 +177,3 @@ def run(args: argparse.Namespace) -> int:
         if trainer is not None:
             trainer.close()
     return 0
-
-
-def _placement_error() -> type[Exception]:
-    """Ray's placement failure, a set-up error like a bad path (a type nothing raises when Ray is absent)."""
-    try:
-        from verl.controller.ray.resource_pool import PlacementError
-    except ImportError:  # no ray installed: nothing can raise it
-
-        class _Never(Exception):
-            pass
-
-        return _Never
-    return PlacementError

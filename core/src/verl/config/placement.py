@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-PLACEMENTS = ("hybrid", "colocated", "standalone")
-
 
 def rollout_placement(cfg: Any) -> str:
     """The resolved ``actor_rollout_ref.rollout.placement`` (null: ``standalone`` when ``rollout.nnodes > 0``)."""

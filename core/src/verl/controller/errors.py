@@ -45,5 +45,10 @@ class WorkerError(RuntimeError):
         self.__cause__ = cause
 
 
+class PlacementError(RuntimeError):
+    """A Ray resource pool cannot be placed: it never fits the cluster, or did not fit within the timeout
+    (the message names the requested bundles, what the cluster has, and the fix)."""
+
+
 class DispatchError(ValueError):
     """Arguments or results do not fit the method's dispatch mode (wrong lengths, wrong types)."""

@@ -137,3 +137,18 @@ class CheckpointEngine(Protocol):
         """Push the trainer's current weights into the rollout engine; return metrics
         (e.g. ``bytes``, ``tensors``, seconds)."""
         ...
+
+
+def wake_up_tagged(engine: Any, tags: list[str]) -> None:
+    """``engine.wake_up(tags=tags)``; an engine written before tags existed (``wake_up()`` without arguments)
+    wakes fully when the weights are asked for, and its ``kv_cache`` wake-up is a no-op."""
+    import inspect
+
+    try:
+        takes_tags = "tags" in inspect.signature(engine.wake_up).parameters
+    except (TypeError, ValueError):  # a builtin or C method: no signature to inspect
+        takes_tags = False
+    if takes_tags:
+        engine.wake_up(tags=list(tags))
+    elif "weights" in tags:
+        engine.wake_up()

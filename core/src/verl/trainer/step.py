@@ -58,8 +58,7 @@ class StepStages:
         with marked_timer("step", timing):
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
             batch, n, baselines = self._generate(batch, metrics)
-            metrics.update(self.switcher.pending)  # what the switch before the first step reported
-            self.switcher.pending = {}
+            metrics.update(self.switcher.take_pending())  # what the switch before the first step reported
             metrics.update(self.switcher.to_training(self.stage))
             batch = self._score(batch, baselines, n, metrics)
             batch = self._log_probs(batch, metrics)

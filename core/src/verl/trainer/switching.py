@@ -56,6 +56,11 @@ class ModeSwitcher:
         self.pending = reduce_rank_metrics([m for g in self._trainer_groups() for m in g.offload_trainer()])
         return self.pending
 
+    def take_pending(self) -> dict[str, float]:
+        """The metrics of :meth:`enter_generation` not logged yet (then forgotten), for the next step's row."""
+        pending, self.pending = self.pending, {}
+        return pending
+
     def to_training(self, stage: Stage) -> dict[str, float]:
         """After generation: the rollout sleeps, the training engines onload."""
         per_rank: list[dict[str, float]] = []

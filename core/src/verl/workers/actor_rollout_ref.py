@@ -21,6 +21,7 @@ import torch
 
 from verl.controller import Dispatch, Worker, register
 from verl.controller.mesh_dispatch import make_nd_compute_dataproto_dispatch_fn
+from verl.engines.base import wake_up_tagged
 from verl.workers.switching import PhasePeaks, measured
 
 logger = logging.getLogger(__name__)
@@ -214,7 +215,7 @@ class ActorRolloutRefWorker(Worker):
             out.update(self.phases.close("train"))
         if self._rollout_switches():
             name = "wake_up_" + "_".join(tags)
-            out.update(measured(self.platform, name, lambda: _wake_up(self.rollout, tags)))
+            out.update(measured(self.platform, name, lambda: wake_up_tagged(self.rollout, tags)))
         if "kv_cache" in tags:
             self.phases.restart()
         return out
@@ -385,20 +386,6 @@ class ActorRolloutRefWorker(Worker):
     def _need(engine: Any, name: str) -> None:
         if engine is None:
             raise RuntimeError(f"this worker has no {name} engine (call init_model first, or check its role)")
-
-
-def _wake_up(rollout: Any, tags: list[str]) -> None:
-    """``rollout.wake_up(tags=...)``; engines whose ``wake_up`` takes no tags wake fully with the weights."""
-    import inspect
-
-    try:
-        takes_tags = "tags" in inspect.signature(rollout.wake_up).parameters
-    except (TypeError, ValueError):
-        takes_tags = False
-    if takes_tags:
-        rollout.wake_up(tags=list(tags))
-    elif "weights" in tags:
-        rollout.wake_up()
 
 
 def _metrics_proto(metrics: dict[str, list[float]]) -> Any:

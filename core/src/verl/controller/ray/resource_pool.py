@@ -17,11 +17,8 @@ from typing import Any
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
+from verl.controller.errors import PlacementError
 from verl.platform.base import Platform
-
-
-class PlacementError(RuntimeError):
-    """The cluster could not place a pool's workers within the timeout (the message shows what was free)."""
 
 
 def _default_platform(platform: Platform | str | None) -> Platform:

@@ -22,6 +22,7 @@ class HostOffload:
     param_offload: bool
     optimizer_offload: bool
     offloaded: bool
+    _params_offloaded: bool = False  # what the last offload moved: keep_params may have kept the weights
 
     def offload(self, *, keep_params: bool = False) -> dict[str, int]:
         """Move what the options say to host memory: weights (``param_offload``), optimizer state
@@ -52,7 +53,7 @@ class HostOffload:
         moved = {"params_bytes": 0, "optimizer_bytes": 0}
         if not self.offloaded:
             return moved
-        if getattr(self, "_params_offloaded", self.param_offload):
+        if self._params_offloaded:
             self.model.to(self.device)
             moved["params_bytes"] = _module_bytes(self.model)
         if self.optimizer_offload:

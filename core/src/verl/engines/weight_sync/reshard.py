@@ -26,7 +26,6 @@ partial placements) fall back to ``DTensor.full_tensor()`` for that weight, coun
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -34,10 +33,7 @@ from typing import Any
 import attrs
 import torch
 
-from verl.engines.weight_sync.buckets import ALIGN
 from verl.engines.weight_sync.layout import ShardSlice, WeightLayout, layout_digest
-
-logger = logging.getLogger(__name__)
 
 
 class LayoutMismatchError(RuntimeError):
@@ -67,10 +63,6 @@ class _Entry:
         """This weight, to be gathered whole when its bucket comes (instead of resharded)."""
         return _Entry(self.name, self.shape, self.dtype, None, [(0, _rows(self.shape))], None, 0, True, self.source)
 
-    @property
-    def replicated(self) -> bool:
-        return len(self.chunks) == 1 and self.holders is None
-
 
 @attrs.frozen
 class _Piece:
@@ -82,10 +74,6 @@ class _Piece:
     hi: int
     shape: tuple[int, ...]
     nbytes: int
-
-
-def _element_count(shape: Sequence[int]) -> int:
-    return math.prod(shape)
 
 
 def _entry(name: str, tensor: torch.Tensor, rank: int, world: int) -> tuple[_Entry, bool]:
@@ -168,7 +156,7 @@ def _pieces(entry: _Entry, target: ShardSlice | None, receiver: int) -> list[_Pi
         if target is not None and target.dim != 0:
             shape[target.dim] = target.length
         src = receiver if entry.holders is None else entry.holders(receiver, i)
-        out.append(_Piece(i, src, lo - a, hi - a, tuple(shape), _element_count(shape) * itemsize))
+        out.append(_Piece(i, src, lo - a, hi - a, tuple(shape), math.prod(shape) * itemsize))
     return out
 
 
@@ -295,8 +283,6 @@ def reshard_weights(
     if world > 1 and entries:
         # A shard of an unexpected size on any rank sends that weight down the whole-gather path on every
         # rank: the ranks must agree on the plan, or their sends and receives would not match.
-        import torch.distributed as dist
-
         ok = torch.tensor([int(good) for _, good in described], dtype=torch.int32, device=device)
         dist.all_reduce(ok, op=dist.ReduceOp.MIN)
         entries = [e if good else e.as_full_gather() for e, good in zip(entries, ok.tolist(), strict=True)]
@@ -424,4 +410,4 @@ def _flush(
             entry.local = None
 
 
-__all__ = ["ALIGN", "LayoutMismatchError", "ReshardStats", "dedupe_tied", "reshard_weights", "tied_key"]
+__all__ = ["LayoutMismatchError", "ReshardStats", "dedupe_tied", "reshard_weights", "tied_key"]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from verl.engines.base import RolloutEngine
+from verl.engines.base import RolloutEngine, wake_up_tagged
 from verl.testing.conformance.checks import (
     LOG_PROB_KEY,
     check_eos_stops,
@@ -50,16 +50,6 @@ def _reference_log_probs(reference_engine: Any, out: Any, temperature: float) ->
         tensors={key: out.batch[key].cpu() for key in keys}, meta_info={"temperature": temperature}
     )
     return reference_engine.compute_log_prob(data).batch["old_log_probs"]
-
-
-def _wake_up(engine: Any, tags: list[str]) -> None:
-    """``engine.wake_up(tags=...)``, or ``wake_up()`` for engines whose wake-up takes no tags."""
-    import inspect
-
-    if "tags" in inspect.signature(engine.wake_up).parameters:
-        engine.wake_up(tags=tags)
-    elif "weights" in tags:
-        engine.wake_up()
 
 
 def _assert_same_text(a: Any, b: Any, what: str) -> None:
@@ -379,9 +369,9 @@ class RolloutEngineTests:
             pytest.skip("supports_sleep is False for this engine")
         before = _generate(rollout_engine, prompts, **GREEDY)
         rollout_engine.sleep()
-        _wake_up(rollout_engine, ["weights"])
+        wake_up_tagged(rollout_engine, ["weights"])
         rollout_engine.update_weights(iter(perturb_weights(reference_engine.iter_weights(), scale=0.0).items()))
-        _wake_up(rollout_engine, ["kv_cache"])
+        wake_up_tagged(rollout_engine, ["kv_cache"])
         after = _generate(rollout_engine, prompts, **GREEDY)
         _assert_same_text(before, after, "greedy after sleep() + wake_up(weights) + update_weights + wake_up(kv_cache)")
         check_log_probs_close(
