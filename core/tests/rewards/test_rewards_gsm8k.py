@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl.rewards.gsm8k import compute_score, extract_solution
+from verl.rewards.gsm8k import METHODS, VERL_CLIP_CHARS, compute_score, extract_solution
 
 
 def _gsm8k_dir() -> Path:
@@ -98,19 +98,54 @@ def test_extract_solution(text, method, expected):
     assert extract_solution(text, method=method) == expected
 
 
-def test_only_last_300_chars_are_searched():
-    assert extract_solution("#### 5" + " filler" * 60, "strict") is None
-    assert extract_solution("x" * 1000 + "#### 5", "strict") == "5"
+def test_answer_before_a_long_explanation_is_found():
+    # verl #7274: verl clips to the last 300 characters, so this correct answer scores 0 there
+    text = "Step 1 ... so the total is 42.\n#### 42\n" + "Explanation: we added the two numbers. " * 20
+    assert len(text) > 700
+    assert extract_solution(text, "strict") == "42"
+    assert compute_score(text, "42") == 1.0
+    assert compute_score(text, "42", clip_chars=VERL_CLIP_CHARS) == 0.0
+    # the last answer still wins when there are several
+    assert extract_solution("#### 5\n" + "x" * 1000 + "\n#### 7", "strict") == "7"
+
+
+def test_verl_clip_option_searches_only_the_last_300_chars():
+    assert extract_solution("#### 5" + " filler" * 60, "strict", clip_chars=300) is None
+    assert extract_solution("#### 5" + " filler" * 60, "strict") == "5"
+    assert extract_solution("x" * 1000 + "#### 5", "strict", clip_chars=300) == "5"
+    with pytest.raises(ValueError, match="clip_chars"):
+        extract_solution("#### 5", "strict", clip_chars=0)
 
 
 def test_clip_never_cuts_a_number_in_two():
     # the number straddles the 300-char boundary: its leading digits must not be lost
     text = "#### 123456789" + "." + " " * 298
     assert len(text) - 300 < text.index("1") + 9
-    assert extract_solution(text, "strict") == "123456789"
-    assert extract_solution("1,234,567" + "z" * 295, "flexible") == "1234567"
+    assert extract_solution(text, "strict", clip_chars=300) == "123456789"
+    assert extract_solution("1,234,567" + "z" * 295, "flexible", clip_chars=300) == "1234567"
     # the "####" marker itself straddles the boundary (the window starts at its fourth "#")
-    assert extract_solution("#### 72" + " " * 296, "strict") == "72"
+    assert extract_solution("#### 72" + " " * 296, "strict", clip_chars=300) == "72"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1" * 200_000 + "/0",  # a digit run that fails the number's end, retried from every digit if unguarded
+        "#### " + " " * 200_000 + "x",  # adjacent unbounded space runs after the marker
+        "#### -" + " " * 200_000 + "x",
+        ("#### " + " " * 50) * 4_000,
+        "1," * 100_000 + "2",
+    ],
+)
+def test_long_adversarial_text_is_scanned_in_linear_time(text):
+    # Quadratic backtracking on these 200k-character inputs takes minutes; linear scanning well under a second.
+    # The bound is generous (a shared CI core) and still three orders of magnitude below the quadratic case.
+    import time
+
+    start = time.perf_counter()
+    for method in METHODS:
+        extract_solution(text, method)
+    assert time.perf_counter() - start < 5.0
 
 
 def test_format_score_and_score_values():

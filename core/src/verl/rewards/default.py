@@ -21,7 +21,7 @@ SUPPORTED_DATA_SOURCES = GSM8K_DATA_SOURCES + MATH_DATA_SOURCES
 
 # Keyword options each built-in scorer accepts. A keyword meant for another built-in scorer is ignored, so one
 # reward_kwargs (e.g. gsm8k's method="flexible") works for a dataset that mixes GSM8K and MATH rows.
-_GSM8K_KWARGS = frozenset({"method", "format_score", "score"})
+_GSM8K_KWARGS = frozenset({"method", "format_score", "score", "clip_chars"})
 _MATH_KWARGS: frozenset[str] = frozenset()
 _ALL_KWARGS = _GSM8K_KWARGS | _MATH_KWARGS
 
@@ -44,7 +44,13 @@ def check_data_source(data_source: object) -> None:
 
 def check_reward_kwargs(kwargs: dict[str, Any]) -> None:
     """Raise :class:`UnknownRewardKwargError` for keywords no built-in scorer accepts, and
-    :class:`RewardConfigError` for an invalid gsm8k ``method``."""
+    :class:`RewardConfigError` for an invalid gsm8k ``method`` or ``clip_chars``."""
+    clip = kwargs.get("clip_chars")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int) or clip < 1):
+        raise RewardConfigError(
+            f"reward_kwargs clip_chars={clip!r} must be a positive number of characters (verl's clip: 300) or null "
+            "to search the whole response"
+        )
     if "method" in kwargs and kwargs["method"] not in gsm8k.METHODS:
         raise RewardConfigError(
             f"reward_kwargs method={kwargs['method']!r} is not a gsm8k extraction method; use one of {gsm8k.METHODS}"
@@ -53,7 +59,7 @@ def check_reward_kwargs(kwargs: dict[str, Any]) -> None:
     if unknown:
         raise UnknownRewardKwargError(
             f"reward_kwargs {unknown} are not accepted by any built-in reward function; accepted: "
-            f"{sorted(_ALL_KWARGS)} (gsm8k: method, format_score, score; math: none). Remove them, or use a "
+            f"{sorted(_ALL_KWARGS)} (gsm8k: method, format_score, score, clip_chars; math: none). Remove them, or use a "
             "custom_reward_function that accepts them."
         )
 
@@ -73,7 +79,7 @@ def default_compute_score(
         ground_truth: reference answer (``reward_model.ground_truth`` of the dataset row).
         extra_info: the row's ``extra_info``; unused by the built-in scorers.
         **kwargs: scorer options; gsm8k takes ``method`` (``"strict"``/``"flexible"``), ``format_score``,
-            ``score``; options of other built-in scorers are ignored.
+            ``score``, ``clip_chars`` (``300`` = verl's clip; default: the whole response); options of other built-in scorers are ignored.
 
     Returns:
         gsm8k: ``{"score": score | format_score | 0.0, "acc": exact match 1.0/0.0, "pred": extracted

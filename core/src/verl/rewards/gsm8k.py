@@ -17,8 +17,11 @@ Differences from verl's string comparison, all deliberate (known-failures K14, K
   between the sign and the digits (``"#### - 3"`` -> ``-3``); the flexible pattern keeps a sign only when it is
   glued to the digits, since in running text ``"5 - 3"`` is a subtraction.
 
-Only the last 300 characters are searched, as in verl; an answer that straddles that boundary is read whole
-instead of being cut in two.
+The whole response is searched (the **last** answer wins), so a correct ``"#### 42"`` followed by a longer
+explanation scores (verl searches only the last 300 characters and scores it 0: verl #7274). ``clip_chars=300``
+restores verl's clip; an answer that straddles the clip boundary is then read whole instead of being cut in two.
+Both patterns run in time linear in the text (no nested or adjacent unbounded repeats that can backtrack
+over one another), so a multi-megabyte response cannot stall the reward workers.
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["compute_score", "extract_solution", "score_details", "METHODS"]
+__all__ = ["compute_score", "extract_solution", "score_details", "METHODS", "VERL_CLIP_CHARS"]
 
 METHODS = ("strict", "flexible")
 
-_SOLUTION_CLIP_CHARS = 300
+#: verl's clip (``_SOLUTION_CLIP_CHARS``); pass ``clip_chars=VERL_CLIP_CHARS`` to score as verl does.
+VERL_CLIP_CHARS = 300
 _MINUS_SIGNS = ("-", "\u2212")
 # An answer ("#### $1,234" or a number) straddling the clip boundary is kept whole if it starts this close to it.
 _CLIP_SLACK_CHARS = 64
@@ -51,23 +55,27 @@ _END = r"(?!\d|[.,/]\d)"
 def _number(sign_gap: str) -> str:
     """Pattern of a signed number; ``sign_gap`` is what may separate the sign from the digits."""
     # A sign counts only when it does not follow a word character or a dot ("10-12" is a range, "x-3" a difference).
+    # A number never starts inside a run of digits: without that guard a long digit run that fails _END is retried
+    # from each of its digits, which is quadratic in its length.
     return (
         r"(?:(?<![\w.])(?P<sign1>[+\-\u2212])" + sign_gap + r")?"
         r"(?:\$(?P<sign2>[+\-\u2212])?)?"
-        r"(?P<body>" + _BODY + r")" + _END
+        r"(?<!\d)(?P<body>" + _BODY + r")" + _END
     )
 
 
 # After "####": optional markdown emphasis ("#### **42**") and spaces between sign and digits ("#### - 3").
-_STRICT_RE = re.compile(r"####\s*(?:\*{1,2}|_{1,2})?\s*" + _number(r"\s*"))
+# The second run of spaces may only follow emphasis: two adjacent "\s*" would split a long run of spaces in every
+# possible way before failing (quadratic).
+_STRICT_RE = re.compile(r"####\s*(?:(?:\*{1,2}|_{1,2})\s*)?" + _number(r"\s*"))
 # In free text a spaced sign is an operator ("5 - 3"), so the flexible pattern wants it glued to the number.
 _FLEXIBLE_RE = re.compile(_number(""))
 _FULL_NUMBER_RE = re.compile(r"\s*" + _number(r"\s*") + r"\s*\.?\s*")
 
 
-def _last_match(pattern: re.Pattern, solution_str: str) -> re.Match | None:
-    """Last match that ends inside the final 300 characters (it may start a little earlier)."""
-    window_start = max(0, len(solution_str) - _SOLUTION_CLIP_CHARS)
+def _last_match(pattern: re.Pattern, solution_str: str, clip_chars: int | None) -> re.Match | None:
+    """Last match; with ``clip_chars``, the last one ending inside the final ``clip_chars`` (it may start earlier)."""
+    window_start = 0 if clip_chars is None else max(0, len(solution_str) - clip_chars)
     last = None
     for last in pattern.finditer(solution_str, max(0, window_start - _CLIP_SLACK_CHARS)):  # noqa: B007
         pass
@@ -81,14 +89,16 @@ def _canonical(match: re.Match) -> str:
     return ("-" if sign in _MINUS_SIGNS else "") + body
 
 
-def extract_solution(solution_str: str, method: str = "strict") -> str | None:
+def extract_solution(solution_str: str, method: str = "strict", clip_chars: int | None = None) -> str | None:
     """Extract the final numeric answer from a model response.
 
     Args:
-        solution_str: decoded response text; only its last 300 characters are searched.
+        solution_str: decoded response text.
         method: ``"strict"`` takes the number after the last ``"####"`` marker (optional spaces, ``**``/``__``
             emphasis, sign and ``"$"`` allowed: ``"#### -$1,234.50"``, ``"#### **42**"``, ``"#### - 3"``);
             ``"flexible"`` takes the last number anywhere in the text.
+        clip_chars: search only answers ending in the last ``clip_chars`` characters (verl: 300,
+            :data:`VERL_CLIP_CHARS`); ``None`` (default) searches the whole text.
 
     Returns:
         The answer as canonical number text (``"-"`` kept, ``"+"``, ``"$"`` and ``","`` dropped, digits, ``"/"``
@@ -96,14 +106,19 @@ def extract_solution(solution_str: str, method: str = "strict") -> str | None:
         ``"#### 1e3"`` -> ``"1e3"``), or ``None`` when no whole number is found (``"#### 1,23"``).
 
     Raises:
-        ValueError: ``method`` is not ``"strict"`` or ``"flexible"``.
+        ValueError: ``method`` is not ``"strict"`` or ``"flexible"``, or ``clip_chars`` is not a positive int.
         TypeError: ``solution_str`` is not a string.
     """
+    if clip_chars is not None and (isinstance(clip_chars, bool) or not isinstance(clip_chars, int) or clip_chars < 1):
+        raise ValueError(
+            f"gsm8k clip_chars={clip_chars!r} must be a positive number of characters (verl: 300) or null for the "
+            "whole text (reward_kwargs.clip_chars)"
+        )
     if method not in METHODS:
         raise ValueError(f"gsm8k method={method!r} is not supported; use one of {METHODS} (reward_kwargs.method)")
     if not isinstance(solution_str, str):
         raise TypeError(f"gsm8k solution_str must be str, got {type(solution_str).__name__}")
-    last = _last_match(_STRICT_RE if method == "strict" else _FLEXIBLE_RE, solution_str)
+    last = _last_match(_STRICT_RE if method == "strict" else _FLEXIBLE_RE, solution_str, clip_chars)
     return None if last is None else _canonical(last)
 
 
@@ -148,6 +163,7 @@ def compute_score(
     method: str = "strict",
     format_score: float = 0.0,
     score: float = 1.0,
+    clip_chars: int | None = None,
 ) -> float:
     """Score a GSM8K response against the reference answer.
 
@@ -158,14 +174,15 @@ def compute_score(
         method: ``"strict"`` or ``"flexible"``, see :func:`extract_solution`.
         format_score: returned when an answer was found but is wrong.
         score: returned when the answer equals the reference.
+        clip_chars: ``None`` searches the whole text; ``300`` is verl's clip, see :func:`extract_solution`.
 
     Returns:
         ``score`` if the answer matches, ``format_score`` if an answer was found but differs, ``0.0`` if none.
 
     Raises:
-        ValueError: unknown ``method``.  TypeError: ``solution_str`` is not a string.
+        ValueError: unknown ``method`` or bad ``clip_chars``.  TypeError: ``solution_str`` is not a string.
     """
-    return score_details(solution_str, ground_truth, method, format_score, score)["score"]
+    return score_details(solution_str, ground_truth, method, format_score, score, clip_chars)["score"]
 
 
 def score_details(
@@ -174,6 +191,7 @@ def score_details(
     method: str = "strict",
     format_score: float = 0.0,
     score: float = 1.0,
+    clip_chars: int | None = None,
 ) -> dict[str, Any]:
     """:func:`compute_score` with what it saw: ``{"score": float, "acc": 1.0 | 0.0, "pred": str}``.
 
@@ -182,7 +200,7 @@ def score_details(
     validation metric. Same arguments and errors as
     :func:`compute_score`.
     """
-    answer = extract_solution(solution_str, method=method)
+    answer = extract_solution(solution_str, method=method, clip_chars=clip_chars)
     if answer is None:
         return {"score": 0.0, "acc": 0.0, "pred": ""}
     correct = _answers_match(answer, ground_truth)
