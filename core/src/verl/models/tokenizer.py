@@ -24,7 +24,11 @@ def check_chat_template(tokenizer: Any, path: str | os.PathLike[str] | None = No
 
 
 def load_tokenizer(
-    path: str | os.PathLike[str], *, padding_side: str = "left", require_chat_template: bool = False
+    path: str | os.PathLike[str],
+    *,
+    padding_side: str = "left",
+    require_chat_template: bool = False,
+    trust_remote_code: bool = False,
 ) -> Any:
     """Load the HF tokenizer of a model for RL rollout and training.
 
@@ -42,7 +46,8 @@ def load_tokenizer(
       (known failure K06c).
 
     With ``require_chat_template=True`` a tokenizer without a chat template is refused here (before any
-    worker starts) instead of when the dataset renders its first prompt.
+    worker starts) instead of when the dataset renders its first prompt. ``trust_remote_code`` (verl's
+    ``model.trust_remote_code``) lets a repository's own tokenizer class run.
 
     Raises:
         ModelResolutionError (ValueError): ``path`` cannot be resolved (``ModelNotFoundError``, also a
@@ -59,7 +64,7 @@ def load_tokenizer(
     text = os.fspath(path).strip()
     folder = resolve_model_path(text) if text.lower() in BUILTIN_MODELS or not Path(text).exists() else Path(text)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:  # transformers' own errors name neither the key nor the fix
         reason = " ".join(str(exc).split())[:300]
         raise ValueError(

@@ -40,14 +40,14 @@ def check_model_fits_rollout(cfg: Any, model_path: Any) -> None:
     tp = int(cfg.actor_rollout_ref.rollout.tensor_model_parallel_size)
     if tp == 1:
         return
-    from transformers import AutoConfig
-
     from verl.config.errors import ConfigError, ConfigIssue
     from verl.config.placement import rollout_world_size
     from verl.engines.weight_sync.layout import TP_KEY, tensor_parallel_problems
+    from verl.models.hf_config import load_hf_config
 
-    hf_config = AutoConfig.from_pretrained(
-        str(model_path), trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code
+    model = cfg.actor_rollout_ref.model
+    hf_config = load_hf_config(
+        model_path, trust_remote_code=model.trust_remote_code, override_config=model.override_config
     )
     problems = tensor_parallel_problems(
         hf_config, tp, rollout_world_size(cfg), engine=cfg.actor_rollout_ref.rollout.name
@@ -96,7 +96,10 @@ class PPOTrainer(StepStages, ValidationLoop):
         faults.arm()  # test-only VERL_FAULT_INJECT; a typo fails here, before anything is loaded
         self.run_dir.mkdir(parents=True, exist_ok=True)
         model_path = resolve_model_path(cfg.actor_rollout_ref.model.path)
-        self.tokenizer = load_tokenizer(cfg.actor_rollout_ref.model.tokenizer_path or model_path)
+        self.tokenizer = load_tokenizer(
+            cfg.actor_rollout_ref.model.tokenizer_path or model_path,
+            trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code,
+        )
         self.train_dataset = RLHFDataset(
             list(cfg.data.train_files), self.tokenizer, cfg.data, max_samples=cfg.data.train_max_samples
         )

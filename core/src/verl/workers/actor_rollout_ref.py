@@ -77,7 +77,9 @@ class ActorRolloutRefWorker(Worker):
         device = platform.torch_device()
         model_path = resolve_model_path(arr.model.path)
         self.model_path = model_path
-        self.tokenizer = load_tokenizer(arr.model.tokenizer_path or model_path)
+        self.tokenizer = load_tokenizer(
+            arr.model.tokenizer_path or model_path, trust_remote_code=arr.model.trust_remote_code
+        )
         pm = get_plugin_manager()
         if self._is_actor:
             spec = pm.get("training_engine", arr.actor.strategy)
@@ -343,13 +345,20 @@ class ActorRolloutRefWorker(Worker):
             self._write_export_info(folder)
 
     def _write_export_info(self, folder: Path) -> None:
-        """``huggingface/`` (config + tokenizer) and ``checkpoint.json`` (engine, world size) for ``verl export``."""
+        """``huggingface/`` (config + tokenizer) and ``checkpoint.json`` (engine, world size) for ``verl export``.
+
+        The config is the one the actor was built from: ``model.override_config`` applied.
+        """
         import json
 
-        from transformers import AutoConfig
+        from verl.models.hf_config import load_hf_config
 
         hf = folder / "huggingface"
-        AutoConfig.from_pretrained(str(self.model_path)).save_pretrained(str(hf))
+        model = self.config.actor_rollout_ref.model
+        hf_config = load_hf_config(
+            self.model_path, trust_remote_code=model.trust_remote_code, override_config=model.override_config
+        )
+        hf_config.save_pretrained(str(hf))
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(str(hf))
         info = {"strategy": self.config.actor_rollout_ref.actor.strategy, "world_size": self.world_size}

@@ -35,6 +35,39 @@ def resolve_model_folder(path: Any) -> Path:
     return folder if folder.is_dir() else resolve_model_path(path)
 
 
+def load_critic_tokenizer(cfg: Any, model_path: Any) -> Any:
+    """The critic's tokenizer (verl loads ``critic.model.tokenizer_path`` for the value model).
+
+    ``critic.model.tokenizer_path`` null follows the actor's tokenizer (``load_config`` fills it), else the
+    critic's model folder. The critic scores the token ids the actor's tokenizer produced, so a different
+    tokenizer must have the same vocabulary (token -> id); verl does not check this, and a mismatch would
+    train the value model on ids it reads as other tokens.
+
+    Raises:
+        ValueError: the critic's tokenizer maps tokens to ids differently from the actor's (the message names
+            ``critic.model.tokenizer_path`` and how many entries differ).
+    """
+    from verl.models import load_tokenizer
+
+    critic, actor = cfg.critic.model, cfg.actor_rollout_ref.model
+    path = critic.tokenizer_path or actor.tokenizer_path or model_path
+    tokenizer = load_tokenizer(path, trust_remote_code=critic.trust_remote_code)
+    actor_path = actor.tokenizer_path or actor.path
+    if str(path) == str(actor_path):
+        return tokenizer
+    reference = load_tokenizer(actor_path, trust_remote_code=actor.trust_remote_code)
+    ours, theirs = tokenizer.get_vocab(), reference.get_vocab()
+    if ours != theirs:
+        differ = len(set(ours.items()) ^ set(theirs.items()))
+        raise ValueError(
+            f"critic.model.tokenizer_path={str(path)!r} maps tokens to ids differently from the actor's tokenizer "
+            f"{str(actor_path)!r} ({len(ours)} vs {len(theirs)} entries, {differ} (token, id) pairs differ): the "
+            "critic reads the actor's token ids, so it needs the same vocabulary; leave "
+            "critic.model.tokenizer_path null (= the actor's) or point it at a tokenizer with the same vocabulary"
+        )
+    return tokenizer
+
+
 class CriticWorker(Worker):
     """One rank of the critic role.
 
@@ -47,6 +80,7 @@ class CriticWorker(Worker):
         super().__init__()
         self.config = config
         self.critic = None
+        self.tokenizer = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self, total_training_steps: int = 1) -> dict[str, Any]:
@@ -70,6 +104,7 @@ class CriticWorker(Worker):
         device = platform.torch_device()
         strategy = cfg.critic.strategy or cfg.actor_rollout_ref.actor.strategy
         model_path = resolve_model_folder(cfg.critic.model.path or cfg.actor_rollout_ref.model.path)
+        self.tokenizer = load_critic_tokenizer(cfg, model_path)
         spec = get_plugin_manager().get("training_engine", strategy)
         self.critic = spec.factory(
             cfg,
@@ -147,6 +182,8 @@ class CriticWorker(Worker):
             self.critic.save_checkpoint(folder)
         else:
             torch.save(self.critic.state_dict(), self._file(folder))
+        if self.rank == 0 and self.tokenizer is not None:  # verl keeps the critic's tokenizer in huggingface/
+            self.tokenizer.save_pretrained(str(folder / "huggingface"))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:

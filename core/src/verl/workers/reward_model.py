@@ -101,9 +101,11 @@ class RewardModelWorker(Worker):
                 f"(num_labels=1): {exc}"
             ) from exc
         self.model = model.to(self.device).eval().requires_grad_(False)
-        self.rm_tokenizer = load_tokenizer(rm.tokenizer_path or path)
+        self.rm_tokenizer = load_tokenizer(rm.tokenizer_path or path, trust_remote_code=rm.trust_remote_code)
         arr = cfg.actor_rollout_ref.model
-        self.policy_tokenizer = load_tokenizer(arr.tokenizer_path or resolve_model_path(arr.path))
+        self.policy_tokenizer = load_tokenizer(
+            arr.tokenizer_path or resolve_model_path(arr.path), trust_remote_code=arr.trust_remote_code
+        )
         self.switch_chat_template = not same_tokenization(self.rm_tokenizer, self.policy_tokenizer)
         self.max_length = int(cfg.data.max_prompt_length + cfg.data.max_response_length)
         return {"rank": self.rank, "model_path": str(path), "switch_chat_template": self.switch_chat_template}

@@ -50,6 +50,8 @@ def _options(config: Any, role: str = "actor") -> ReferenceEngineOptions:
     raw = dict(config.actor_rollout_ref.actor.engine_kwargs.get("reference", {}) or {})
     if role == "critic":  # the critic's own engine_kwargs.reference override the actor's key by key
         raw.update(dict(config.critic.engine_kwargs.get("reference", {}) or {}))
+    if role == "ref":  # so do the reference policy's (verl's ref.fsdp_config.param_offload lands there)
+        raw.update(dict(config.actor_rollout_ref.ref.engine_kwargs.get("reference", {}) or {}))
     return ReferenceEngineOptions(**raw)
 
 
@@ -132,6 +134,8 @@ def role_settings(
             dtype=dtype,
             gradient_checkpointing=arr.model.enable_gradient_checkpointing,
             use_remove_padding=arr.model.use_remove_padding,
+            trust_remote_code=arr.model.trust_remote_code,
+            override_config=dict(arr.model.override_config),
         )
         return settings, actor.optim
     if role == "ref":
@@ -141,6 +145,8 @@ def role_settings(
             infer_max_token_len=ref.log_prob_max_token_len_per_gpu,
             dtype=dtype,
             use_remove_padding=arr.model.use_remove_padding,
+            trust_remote_code=arr.model.trust_remote_code,
+            override_config=dict(arr.model.override_config),
         )
         return settings, None
     raise ValueError(f"{engine} training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
@@ -151,7 +157,9 @@ def critic_settings(config: Any, *, world_size: int = 1, dtype: str = "float32")
 
     Mini-batch per rank = ``critic.ppo_mini_batch_size * rollout.n / world_size``; forward passes
     (``compute_values``) use the same micro-batch size / token budget as training (verl's
-    ``forward_micro_batch_size_per_gpu`` and ``forward_max_token_len_per_gpu`` default to them).
+    ``forward_micro_batch_size_per_gpu`` and ``forward_max_token_len_per_gpu`` default to them). The value
+    model is loaded with ``critic.model.{trust_remote_code, override_config}`` and packs sequences when
+    ``critic.model.use_remove_padding`` (verl's default, true).
     """
     critic = config.critic
     n = config.actor_rollout_ref.rollout.n
@@ -169,6 +177,9 @@ def critic_settings(config: Any, *, world_size: int = 1, dtype: str = "float32")
         clip_grad=critic.optim.clip_grad,
         dtype=dtype,
         gradient_checkpointing=critic.model.enable_gradient_checkpointing,
+        use_remove_padding=critic.model.use_remove_padding,
+        trust_remote_code=critic.model.trust_remote_code,
+        override_config=dict(critic.model.override_config),
     )
 
 

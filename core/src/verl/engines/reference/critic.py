@@ -24,28 +24,40 @@ from typing import Any
 import torch
 
 from verl.engines.micro_batch import restore_order, trim_padding
+from verl.engines.packing import pack_batch, packed_forward_kwargs
 from verl.engines.reference.training import ReferenceTrainingEngine
 
 
-def load_value_model(path: Any, dtype: torch.dtype, *, trust_remote_code: bool = False) -> torch.nn.Module:
+def load_value_model(
+    path: Any, dtype: torch.dtype, *, trust_remote_code: bool = False, override_config: Any = None
+) -> torch.nn.Module:
     """Load ``path`` as a value model: ``AutoModelForTokenClassification`` with ``num_labels=1``.
 
     Args:
         path: HF folder or hub id (a causal-LM checkpoint works: its backbone is loaded, the head is new).
         dtype: parameter dtype.
-        trust_remote_code: forwarded to ``from_pretrained``.
+        trust_remote_code: forwarded to ``from_pretrained`` (``critic.model.trust_remote_code``).
+        override_config: HF config values set before the weights load (``critic.model.override_config``).
 
     Returns:
         the module; ``module(input_ids, attention_mask, position_ids).logits`` is ``(bs, seq, 1)``.
 
     Raises:
         ValueError: the checkpoint cannot be loaded as a token-classification model (the message names
-            the path and the architecture support needed).
+            the path and the architecture support needed), or an ``override_config`` key the config lacks.
     """
-    from transformers import AutoConfig, AutoModelForTokenClassification
+    from transformers import AutoModelForTokenClassification
+
+    from verl.models.hf_config import load_hf_config
 
     try:
-        config = AutoConfig.from_pretrained(str(path), num_labels=1, trust_remote_code=trust_remote_code)
+        config = load_hf_config(
+            path,
+            trust_remote_code=trust_remote_code,
+            override_config=override_config,
+            field="critic.model.override_config",
+            num_labels=1,
+        )
         config.classifier_dropout = 0.0  # verl: no dropout in the value head (deterministic values)
         return AutoModelForTokenClassification.from_pretrained(
             str(path), config=config, dtype=dtype, trust_remote_code=trust_remote_code
@@ -78,7 +90,8 @@ class ReferenceCriticEngine(ReferenceTrainingEngine):
     def _load(self, model: Any, dtype: torch.dtype) -> torch.nn.Module:
         if isinstance(model, torch.nn.Module):
             return model.to(dtype)
-        return load_value_model(model, dtype, trust_remote_code=self._trust_remote_code)
+        trust = self._trust_remote_code or self.settings.trust_remote_code
+        return load_value_model(model, dtype, trust_remote_code=trust, override_config=self.settings.override_config)
 
     def forward_micro_batch(
         self, batch: Any, temperature: float = 1.0, *, calculate_entropy: bool = False, entropy_grad: bool = True
@@ -96,6 +109,15 @@ class ReferenceCriticEngine(ReferenceTrainingEngine):
         """
         resp_len = batch["responses"].shape[1]
         bs = batch["responses"].shape[0]
+        if self._packed:
+            packed = pack_batch(
+                batch["input_ids"].to(self.device),
+                batch["attention_mask"].to(self.device),
+                batch["position_ids"].to(self.device),
+                batch["responses"].to(self.device),
+            )
+            if packed is not None:
+                return {"values": self._values_packed(packed)}
         input_ids, attention_mask, position_ids, _, kept = trim_padding(
             batch["input_ids"].to(self.device),
             batch["attention_mask"].to(self.device),
@@ -110,6 +132,14 @@ class ReferenceCriticEngine(ReferenceTrainingEngine):
         values = out[:, -kept - 1 : -1, 0].float()
         valid = attention_mask[:, seq - kept :].bool()
         return {"values": torch.cat([torch.where(valid, values, 0.0), pad], dim=1)}
+
+    def _values_packed(self, packed: Any) -> torch.Tensor:
+        """Values over a :class:`~verl.engines.packing.PackedBatch`: the head at the positions that score the
+        response tokens (``logit_index``: input position ``prompt_len - 1 + t``), scattered to ``(bs, resp_len)``."""
+        if packed.labels.numel() == 0:
+            return packed.response_mask.new_zeros(packed.response_mask.shape, dtype=torch.float32)
+        out = self.model(**packed_forward_kwargs(packed)).logits[0, packed.logit_index, 0].float()
+        return packed.unpack(out)
 
     @torch.no_grad()
     def compute_values(self, data: Any) -> Any:
@@ -126,7 +156,11 @@ class ReferenceCriticEngine(ReferenceTrainingEngine):
 
         s = self.settings
         plan = self._plan(
-            data, use_dynamic=s.infer_use_dynamic_bsz, micro=s.infer_micro_batch_size, max_tokens=s.infer_max_token_len
+            data,
+            use_dynamic=s.infer_use_dynamic_bsz,
+            micro=s.infer_micro_batch_size,
+            max_tokens=s.infer_max_token_len,
+            packed=self._packed,
         )
         outs = [self.forward_micro_batch(data.batch[torch.tensor(rows)], 1.0)["values"].cpu() for rows in plan]
         return DataProto.from_dict(tensors={"values": restore_order(plan, outs)})

@@ -61,6 +61,9 @@ class EngineSettings:
         use_remove_padding: pack each micro-batch's real tokens into one row (``model.use_remove_padding``,
             :mod:`verl.engines.packing`): padding costs nothing, and token budgets count real tokens only.
             Needs a model with ``sdpa`` attention; others run padded (with a log line).
+        trust_remote_code: run the model repository's code when loading (``model.trust_remote_code``).
+        override_config: HF config values set before the weights load (``model.override_config``,
+            :func:`verl.models.hf_config.load_hf_config`); empty changes nothing.
     """
 
     mini_batch_size: int = 8
@@ -77,6 +80,8 @@ class EngineSettings:
     dtype: str = "float32"
     gradient_checkpointing: bool = False
     use_remove_padding: bool = False
+    trust_remote_code: bool = False
+    override_config: dict[str, Any] = attrs.field(factory=dict, hash=False)
 
 
 class ReferenceTrainingEngine(HostOffload):
@@ -150,14 +155,19 @@ class ReferenceTrainingEngine(HostOffload):
         """Hook: return the module to train (identity here; FSDP shards it)."""
         return model
 
-    @staticmethod
-    def _load(model: Any, dtype: torch.dtype) -> torch.nn.Module:
-        if isinstance(model, torch.nn.Module):
+    def _load(self, model: Any, dtype: torch.dtype) -> torch.nn.Module:
+        if isinstance(model, torch.nn.Module):  # a live module already carries its config
             return model.to(dtype)
         from transformers import AutoModelForCausalLM
 
+        from verl.models.hf_config import load_hf_config
+
+        trust = self.settings.trust_remote_code
+        hf_config = load_hf_config(model, trust_remote_code=trust, override_config=self.settings.override_config)
         try:
-            return AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype)
+            return AutoModelForCausalLM.from_pretrained(
+                str(model), config=hf_config, dtype=dtype, trust_remote_code=trust
+            )
         except (OSError, ValueError) as exc:
             raise ValueError(f"cannot load {model!r} as a causal LM (AutoModelForCausalLM): {exc}") from exc
 
