@@ -32,3 +32,20 @@ def test_ops_keep_the_accelerator_device():
         assert out.batch["x"].cpu().tolist() == [int(u, 16) - 10 for u in out.non_tensor_batch["uid"]]
     assert data[data.batch["x"] > 2].non_tensor_batch["uid"].tolist() == ["d", "e", "f"]
     assert data.to("cpu").batch["x"].device.type == "cpu"
+
+
+def test_codec_tensordict_io_and_folding_keep_the_accelerator_device(monkeypatch):
+    from verl.protocol import deserialize_single_tensor, fold_batch_dim, serialize_single_tensor, unfold_batch_dim
+
+    data = DataProto.from_dict(tensors={"x": torch.arange(6)}, non_tensors={"uid": list("abcdef")}).to(accelerator)
+    dtype, shape, raw = serialize_single_tensor(data.batch["x"])  # device memory is copied to the host
+    assert deserialize_single_tensor((dtype, shape, raw)).tolist() == list(range(6))
+    monkeypatch.setenv("VERL_DATAPROTO_SERIALIZATION_METHOD", "numpy")
+    for out in (
+        pickle.loads(pickle.dumps(data)),
+        DataProto.from_tensordict(data.to_tensordict()),
+        unfold_batch_dim(fold_batch_dim(data, 2)),
+        data.unfold_column_chunks(2),
+    ):
+        assert out.batch["x"].device.type == accelerator.type
+        assert out.batch["x"].cpu().tolist() == [int(u, 16) - 10 for u in out.non_tensor_batch["uid"]]

@@ -11,6 +11,7 @@ from verl.protocol import (
     AUTO_PADDING_KEY,
     DataProto,
     DataProtoError,
+    DataProtoSizeError,
     DataProtoTypeError,
     collate_fn,
     merge_meta_info,
@@ -62,12 +63,29 @@ def test_chunk_uneven_error_names_sizes():
         make(4).chunk(2.0)
 
 
-def test_chunk_uneven_with_auto_padding_gives_balanced_pieces():
+def test_chunk_uneven_with_auto_padding_follows_verl_sizes():
+    # verl (TensorDict.chunk = torch.chunk): pieces of ceil(10 / 4) = 3 rows, the last one gets 10 - 9 = 1.
     data = make(10, meta={AUTO_PADDING_KEY: True})
     pieces = data.chunk(4)
-    assert [len(p) for p in pieces] == [3, 3, 2, 2]  # np.array_split sizes
-    assert [r for p in pieces for r in rows(p)] == list(range(10))
+    assert [rows(p) for p in pieces] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    assert all(p.meta_info == data.meta_info for p in pieces)
+    # 7 into 3: ceil = 3 -> [3, 3, 1]; 5 into 4: ceil = 2 -> [2, 2, 1] fills only 3 pieces (verl fails), the 4th is empty.
+    assert [len(p) for p in make(7, meta={AUTO_PADDING_KEY: True}).chunk(3)] == [3, 3, 1]
+    assert [rows(p) for p in make(5, meta={AUTO_PADDING_KEY: True}).chunk(4)] == [[0, 1], [2, 3], [4], []]
     assert [len(p) for p in make(2, meta={AUTO_PADDING_KEY: True}).chunk(3)] == [1, 1, 0]
+
+
+def test_chunk_uneven_without_batch_uses_the_same_sizes():
+    # verl splits a batch-less DataProto with np.array_split ([3, 3, 2, 2] here); one rule for both is kept.
+    data = DataProto.from_dict(non_tensors={"u": list("abcdefghij")}, auto_padding=True)
+    assert ["".join(p.non_tensor_batch["u"]) for p in data.chunk(4)] == ["abc", "def", "ghi", "j"]
+
+
+def test_uneven_chunk_error_is_an_assertion_error_like_verls_assert():
+    with pytest.raises(AssertionError, match="cannot chunk a DataProto of 6 rows into 5 equal chunks"):
+        make(6).chunk(5)
+    with pytest.raises(DataProtoSizeError):
+        make(6).chunk(4)
 
 
 def test_chunk_without_batch():
@@ -109,7 +127,9 @@ def test_concat_merges_metrics_and_checks_other_keys():
         "metrics": {"loss": [0.5, 0.25, 0.125], "lr": [1e-3], "acc": [1.0, 0.0]},
     }
     assert "metrics" not in DataProto.concat([make(1), make(1)]).meta_info
-    with pytest.raises(DataProtoError, match=r"conflicting values for meta_info\['t'\]: part 0 has 1, part 1 has 2"):
+    with pytest.raises(
+        DataProtoError, match=r"Conflicting values for meta_info key 't' in concat: part 0 has 1, part 1 has 2"
+    ):
         DataProto.concat([make(1, {"t": 1}), make(1, {"t": 2})])
 
 

@@ -8,8 +8,8 @@ Follows verl/protocol.py (``DataProto`` / ``DataProtoItem``). A DataProto holds 
   dicts, lists) live in ``object`` arrays here and never inside the TensorDict.
 * ``meta_info``: a free-form ``dict`` that is not split along rows (every piece gets a copy).
 
-Row-reshaping operations (chunk, split, concat, repeat, padding, iteration) live in
-:mod:`verl.protocol.ops`; this module holds construction, validation, indexing and key management.
+Row-reshaping operations live in :mod:`verl.protocol.ops` and :mod:`verl.protocol.folding`, TensorDict
+conversion in :mod:`verl.protocol.tensordict_io`; this module: construction, validation, indexing, keys.
 """
 
 from __future__ import annotations
@@ -25,11 +25,20 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase, is_non_tensor
 
-from verl.protocol.errors import DataProtoError, DataProtoIndexError, DataProtoKeyError, DataProtoTypeError
+from verl.protocol.errors import (
+    DataProtoConflictError,
+    DataProtoError,
+    DataProtoIndexError,
+    DataProtoKeyError,
+    DataProtoSizeError,
+    DataProtoTypeError,
+)
+from verl.protocol.folding import FoldingMixin
 from verl.protocol.indexing import RowIndex, normalize_row_index, to_object_array
 from verl.protocol.ops import DataProtoOpsMixin
 from verl.protocol.serialization import STATE_VERSION, decode_batch, encode_batch
 from verl.protocol.settings import AUTO_PADDING_KEY, DataProtoConfig
+from verl.protocol.tensordict_io import TensorDictIOMixin
 from verl.protocol.unions import union_numpy_dict, union_tensor_dict, union_two_dict
 
 __all__ = ["DataProto", "DataProtoItem"]
@@ -60,7 +69,7 @@ class DataProtoItem:
 
 
 @dataclass(eq=False, repr=False)
-class DataProto(DataProtoOpsMixin):
+class DataProto(DataProtoOpsMixin, FoldingMixin, TensorDictIOMixin):
     """A batch of rows: TensorDict ``batch`` + numpy ``non_tensor_batch`` + ``meta_info`` (verl/protocol.py).
 
     Construct with :meth:`from_dict` / :meth:`from_single_dict` or directly; the constructor runs
@@ -104,8 +113,9 @@ class DataProto(DataProtoOpsMixin):
         Raises:
             DataProtoTypeError: a tensor value is not a ``torch.Tensor`` (e.g. a numpy array: pass it in
                 ``non_tensors``), or a non-tensor value is neither an ndarray nor a list/tuple.
-            DataProtoError: tensors disagree on their leading size (both keys and sizes are named), a
-                non-tensor length differs from the batch, or ``num_batch_dims != 1``.
+            DataProtoSizeError (also an AssertionError, as verl asserts): tensors disagree on their leading
+                size (both keys and sizes are named) or a non-tensor length differs from the batch.
+            DataProtoError: ``num_batch_dims != 1``.
         """
         if num_batch_dims != 1:
             raise DataProtoError(f"DataProto supports num_batch_dims=1 only, got num_batch_dims={num_batch_dims}")
@@ -120,7 +130,7 @@ class DataProto(DataProtoOpsMixin):
             if batch_size is None:
                 batch_size, pivot = int(value.shape[0]), key
             elif value.shape[0] != batch_size:
-                raise DataProtoError(
+                raise DataProtoSizeError(
                     f"tensors[{key!r}] has {value.shape[0]} rows but tensors[{pivot!r}] has {batch_size}; "
                     "all tensors must share the leading (batch) dim"
                 )
@@ -166,7 +176,7 @@ class DataProto(DataProtoOpsMixin):
 
         Raises:
             DataProtoTypeError: wrong container/value types (the key is named).
-            DataProtoError: wrong batch dims or row counts, e.g.
+            DataProtoError: wrong batch dims. DataProtoSizeError (also an AssertionError): row counts differ, e.g.
                 ``"non_tensor_batch['uid'] has 3 rows but batch has 4"``.
         """
         expected, source = None, "batch"
@@ -197,7 +207,7 @@ class DataProto(DataProtoOpsMixin):
             if expected is None:
                 expected, source = int(value.shape[0]), f"non_tensor_batch[{key!r}]"
             elif value.shape[0] != expected:
-                raise DataProtoError(f"non_tensor_batch[{key!r}] has {value.shape[0]} rows but {source} has {expected}")
+                raise DataProtoSizeError(f"non_tensor_batch[{key!r}] has {len(value)} rows but {source} has {expected}")
         if not isinstance(self.meta_info, dict):
             raise DataProtoTypeError(f"meta_info must be a dict, got {type(self.meta_info).__name__}")
 
@@ -419,13 +429,13 @@ class DataProto(DataProtoOpsMixin):
         before ``self`` changes. If ``self`` has no batch, ``other``'s batch is adopted (shallow copy).
 
         Raises:
-            DataProtoError: the two sides have different lengths (both sizes named) or a shared key holds
-                different values (the key is named).
+            DataProtoConflictError (ValueError, AssertionError as in verl): the two sides have different
+                lengths (both sizes named) or a shared key holds different values (the key is named).
         """
         if not isinstance(other, DataProto):
             raise DataProtoTypeError(f"union expects a DataProto, got {type(other).__name__}")
         if self._has_rows_fields() and other._has_rows_fields() and len(self) != len(other):
-            raise DataProtoError(f"cannot union a DataProto of {len(self)} rows with one of {len(other)} rows")
+            raise DataProtoConflictError(f"cannot union a DataProto of {len(self)} rows with one of {len(other)} rows")
         batch = self.batch
         if other.batch is not None:
             batch = other.batch.copy() if batch is None else union_tensor_dict(batch.copy(), other.batch)

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from verl.protocol.errors import DataProtoError, DataProtoTypeError
+from verl.protocol.errors import DataProtoConflictError, DataProtoError, DataProtoSizeError, DataProtoTypeError
 from verl.protocol.indexing import RowIndex, normalize_row_index
 from verl.protocol.unions import merge_meta_info
 
 if TYPE_CHECKING:  # pragma: no cover
     from verl.protocol.core import DataProto
 
-__all__ = ["DataProtoOpsMixin", "check_int"]
+__all__ = ["DataProtoOpsMixin", "check_int", "chunk_sizes"]
 
 # DataLoader options that make sense for make_iterator; others (num_workers, sampler, ...) are rejected.
 _ITERATOR_OPTIONS = frozenset({"shuffle", "drop_last"})
@@ -39,6 +39,17 @@ def check_int(value: Any, name: str, minimum: int) -> int:
     if value < minimum:
         raise DataProtoError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def chunk_sizes(length: int, chunks: int) -> list[int]:
+    """Row counts of the ``chunks`` pieces :meth:`DataProto.chunk` makes of ``length`` rows.
+
+    verl's rule (``torch.chunk``): pieces of ``ceil(length / chunks)`` rows until the rows run out, the
+    rest empty. ``chunk_sizes(10, 4) == [3, 3, 3, 1]``, ``chunk_sizes(5, 4) == [2, 2, 1, 0]``,
+    ``chunk_sizes(8, 4) == [2, 2, 2, 2]``.
+    """
+    size = -(-length // chunks)
+    return [max(0, min(size, length - i * size)) for i in range(chunks)]
 
 
 class DataProtoOpsMixin:
@@ -67,25 +78,28 @@ class DataProtoOpsMixin:
         """Split rows into exactly ``chunks`` consecutive pieces (views); meta_info copied to each.
 
         Follows verl/protocol.py ``chunk``: ``len(self)`` must be divisible by ``chunks`` unless auto
-        padding is enabled (:meth:`is_padding_enabled`). With auto padding and an uneven length the piece
-        sizes follow ``np.array_split`` (the first ``len % chunks`` pieces get one extra row), so there
-        are always ``chunks`` pieces; verl's ``torch.chunk`` sizing could return fewer. For dispatch,
-        prefer ``pad_dataproto_to_divisor(data, chunks)`` first (what verl's dispatch does).
+        padding is enabled (:meth:`is_padding_enabled`). An uneven split uses verl's rule (that of
+        ``TensorDict.chunk`` / ``torch.chunk``): every piece holds ``ceil(len / chunks)`` rows until the
+        rows run out, so only the last non-empty piece is short: 10 rows into 4 give ``[3, 3, 3, 1]``.
+        Where that rule fills fewer than ``chunks`` pieces (5 rows into 4: ``[2, 2, 1]``), verl fails;
+        here the remaining pieces are empty (``[2, 2, 1, 0]``), so there are always ``chunks`` pieces. For
+        dispatch, pad first with ``pad_dataproto_to_divisor(data, chunks)`` (what verl's dispatch does).
 
         Raises:
-            DataProtoError: uneven length without auto padding (names both sizes), or ``chunks < 1``.
+            DataProtoSizeError (an AssertionError, as verl asserts): uneven length without auto padding
+                (names both sizes).
+            DataProtoError: ``chunks < 1``.
         """
         chunks = check_int(chunks, "chunks", 1)
         length = len(self)
         remainder = length % chunks
         if remainder and not self.is_padding_enabled():
-            raise DataProtoError(
+            raise DataProtoSizeError(
                 f"cannot chunk a DataProto of {length} rows into {chunks} equal chunks ({length} % {chunks} = "
                 f"{remainder}); pad first with pad_dataproto_to_divisor(data, {chunks}), use split(size) for "
                 "uneven pieces, or enable auto padding"
             )
-        base = length // chunks
-        return self._split_by_sizes([base + 1] * remainder + [base] * (chunks - remainder))
+        return self._split_by_sizes(chunk_sizes(length, chunks))
 
     def split(self, split_size: int) -> list[DataProto]:
         """Split rows into pieces of ``split_size`` (views); the last piece holds the remainder.
@@ -112,8 +126,9 @@ class DataProtoOpsMixin:
         extended, other values appended), every other key must agree across parts.
 
         Raises:
-            DataProtoError: empty input; parts disagree on having a batch, on their key sets (the key and
-                part index are named), on a tensor's dtype, on trailing shapes; or conflicting meta_info.
+            DataProtoConflictError (ValueError, AssertionError as verl's assert): parts disagree on having a
+                batch or on their key sets (the key and part index are named), or meta_info conflicts.
+            DataProtoError: empty input; parts disagree on a tensor's dtype or on trailing shapes.
             DataProtoTypeError: an element is not a DataProto.
         """
         parts = list(data)
@@ -128,7 +143,7 @@ class DataProtoOpsMixin:
             keys = set(first.batch.keys(include_nested=True, leaves_only=True))
             for index, part in enumerate(parts[1:], start=1):
                 if part.batch is None:
-                    raise DataProtoError(f"concat: part 0 has a batch but part {index} has none")
+                    raise DataProtoConflictError(f"concat: part 0 has a batch but part {index} has none")
                 _check_same_keys(keys, set(part.batch.keys(include_nested=True, leaves_only=True)), index, "batch")
             for key in keys:
                 dtypes = {part.batch.get(key).dtype for part in parts}
@@ -143,7 +158,7 @@ class DataProtoOpsMixin:
         else:
             for index, part in enumerate(parts[1:], start=1):
                 if part.batch is not None:
-                    raise DataProtoError(f"concat: part {index} has a batch but part 0 has none")
+                    raise DataProtoConflictError(f"concat: part {index} has a batch but part 0 has none")
         keys = set(first.non_tensor_batch)
         for index, part in enumerate(parts[1:], start=1):
             _check_same_keys(keys, set(part.non_tensor_batch), index, "non_tensor_batch")
@@ -251,7 +266,8 @@ class DataProtoOpsMixin:
                 ``drop_last`` moot).
 
         Raises:
-            DataProtoError: ``len`` not divisible by ``mini_batch_size`` (both named), bad ints.
+            DataProtoSizeError (an AssertionError, as in verl): ``len`` not divisible by ``mini_batch_size``
+                (both named). DataProtoError: bad ints.
             DataProtoTypeError: unsupported ``dataloader_kwargs`` keys.
         """
         mini_batch_size = check_int(mini_batch_size, "mini_batch_size", 1)
@@ -264,7 +280,7 @@ class DataProtoOpsMixin:
             )
         length = len(self)
         if length % mini_batch_size:
-            raise DataProtoError(
+            raise DataProtoSizeError(
                 f"make_iterator: {length} rows are not divisible by mini_batch_size={mini_batch_size} "
                 f"({length} % {mini_batch_size} = {length % mini_batch_size}); pad or pick a divisor"
             )
@@ -307,7 +323,7 @@ def _check_same_keys(expected: set, actual: set, index: int, where: str) -> None
     if expected == actual:
         return
     missing, extra = sorted(map(str, expected - actual)), sorted(map(str, actual - expected))
-    raise DataProtoError(
+    raise DataProtoConflictError(
         f"concat: part {index} has different {where} keys than part 0 (missing {missing}, extra {extra}); "
         "every part must carry the same keys"
     )

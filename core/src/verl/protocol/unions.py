@@ -2,7 +2,8 @@
 
 Follows ``union_tensor_dict``, ``union_numpy_dict``, ``verl.utils.py_functional.union_two_dict`` and the
 meta_info merge inside ``DataProto.concat`` of verl/protocol.py, with the assertions replaced by
-:class:`~verl.protocol.errors.DataProtoError` subclasses that name the key.
+:class:`~verl.protocol.errors.DataProtoConflictError` (a ``ValueError`` and, like verl's
+``assert``, an ``AssertionError``) naming the key.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 from tensordict import TensorDictBase
 
 from verl.protocol.equality import arrays_equal, deep_equal, tensors_equal
-from verl.protocol.errors import DataProtoError, DataProtoTypeError
+from verl.protocol.errors import DataProtoConflictError, DataProtoTypeError
 
 __all__ = [
     "METRICS_KEY",
@@ -39,10 +40,11 @@ def union_tensor_dict(tensor_dict1: TensorDictBase, tensor_dict2: TensorDictBase
     unchanged. Follows verl/protocol.py ``union_tensor_dict``.
 
     Raises:
-        DataProtoError: batch sizes differ, or a shared key holds different tensors (the key is named).
+        DataProtoConflictError (ValueError, AssertionError): batch sizes differ, or a shared key holds
+            different tensors (the key is named).
     """
     if tensor_dict1.batch_size != tensor_dict2.batch_size:
-        raise DataProtoError(
+        raise DataProtoConflictError(
             f"cannot union TensorDicts with batch sizes {tuple(tensor_dict1.batch_size)} and "
             f"{tuple(tensor_dict2.batch_size)}; both sides must have the same number of rows"
         )
@@ -51,7 +53,7 @@ def union_tensor_dict(tensor_dict1: TensorDictBase, tensor_dict2: TensorDictBase
     for key, value in tensor_dict2.items(include_nested=True, leaves_only=True):
         if key in own_keys:
             if not tensors_equal(tensor_dict1.get(key), value):
-                raise DataProtoError(
+                raise DataProtoConflictError(
                     f"batch[{key!r}] differs between the two DataProtos being unioned; rename or pop one of them "
                     "before union"
                 )
@@ -70,13 +72,13 @@ def union_numpy_dict(tensor_dict1: dict[str, np.ndarray], tensor_dict2: Mapping[
 
     Raises:
         DataProtoTypeError: a value is not a ``np.ndarray``.
-        DataProtoError: a shared key holds different arrays (the key is named).
+        DataProtoConflictError (ValueError, AssertionError): a shared key holds different arrays (named).
     """
     for key, value in tensor_dict2.items():
         if not isinstance(value, np.ndarray):
             raise DataProtoTypeError(f"non_tensor_batch[{key!r}] must be a np.ndarray, got {type(value).__name__}")
         if key in tensor_dict1 and not arrays_equal(tensor_dict1[key], value):
-            raise DataProtoError(
+            raise DataProtoConflictError(
                 f"non_tensor_batch[{key!r}] differs between the two DataProtos being unioned; rename or pop one "
                 "of them before union"
             )
@@ -90,11 +92,12 @@ def union_two_dict(dict1: dict, dict2: Mapping) -> dict:
     Follows verl/utils/py_functional.py ``union_two_dict``.
 
     Raises:
-        DataProtoError: a shared key holds different values (the key and both values are named).
+        DataProtoConflictError (ValueError, AssertionError): a shared key holds different values (the key
+            and both values are named).
     """
     for key, value in dict2.items():
         if key in dict1 and not deep_equal(dict1[key], value):
-            raise DataProtoError(
+            raise DataProtoConflictError(
                 f"meta_info[{key!r}] conflicts: {_short(dict1[key])} vs {_short(value)}; make them agree or drop one"
             )
     dict1.update(dict2)
@@ -128,7 +131,8 @@ def merge_meta_info(meta_infos: Iterable[Mapping], where: str = "concat") -> dic
       * Every other key is taken from the parts that have it; all of them must agree (:func:`deep_equal`).
 
     Raises:
-        DataProtoError: a non-metrics key has conflicting values (names the key and the part index).
+        DataProtoConflictError (ValueError, AssertionError): a non-metrics key has conflicting values
+            (names the key and the part index).
         DataProtoTypeError: a part's metrics are neither a dict, a list of dicts nor ``None``.
     """
     merged: dict[str, Any] = {}
@@ -149,8 +153,9 @@ def merge_meta_info(meta_infos: Iterable[Mapping], where: str = "concat") -> dic
                 merged[key] = value
                 origin[key] = index
             elif not deep_equal(merged[key], value):
-                raise DataProtoError(
-                    f"{where}: conflicting values for meta_info[{key!r}]: part {origin[key]} has "
+                raise DataProtoConflictError(
+                    # Opens with verl's wording, which verl's tests match on.
+                    f"Conflicting values for meta_info key {key!r} in {where}: part {origin[key]} has "
                     f"{_short(merged[key])}, part {index} has {_short(value)}; only meta_info['metrics'] is merged, "
                     "other keys must agree"
                 )
