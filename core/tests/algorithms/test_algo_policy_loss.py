@@ -25,7 +25,7 @@ OLD = -np.abs(RNG.normal(size=(4, 6))) - 0.1
 NEW = OLD + RNG.normal(scale=0.4, size=(4, 6))
 ADV = RNG.normal(size=(4, 6))
 MASK = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0]], dtype=float)
-CFG = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
+CFG = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, dro_beta=0.1)
 KEYS = {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
 
 

@@ -18,6 +18,15 @@ from verl.algorithms.advantage import (
     compute_remax_outcome_advantage,
     compute_rloo_outcome_advantage,
 )
+from verl.algorithms.advantage_gdpo import compute_gdpo_outcome_advantage
+from verl.algorithms.advantage_token_baseline import (
+    compute_multi_turn_optimal_token_baseline_advantage,
+    compute_optimal_token_baseline_advantage,
+)
+from verl.algorithms.advantage_vectorized import (
+    compute_grpo_vectorized_outcome_advantage,
+    compute_rloo_vectorized_outcome_advantage,
+)
 from verl.algorithms.driver import compute_advantage, compute_response_mask
 from verl.algorithms.kl import (
     KL_PENALTY_MODES,
@@ -40,6 +49,8 @@ from verl.algorithms.policy_loss import (
     compute_policy_loss_sapo,
     compute_policy_loss_vanilla,
 )
+from verl.algorithms.policy_loss_bypass import compute_policy_loss_bypass_mode, compute_policy_loss_reinforce
+from verl.algorithms.policy_loss_dppo import compute_policy_loss_dppo_kl, compute_policy_loss_dppo_tv
 from verl.algorithms.registry import (
     ADV_ESTIMATOR_REGISTRY,
     POLICY_LOSS_REGISTRY,
@@ -72,18 +83,26 @@ __all__ = [
     "compute_advantage",
     "compute_entropy_loss",
     "compute_gae_advantage_return",
+    "compute_gdpo_outcome_advantage",
     "compute_global_batch_info",
     "compute_gpg_outcome_advantage",
     "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
+    "compute_grpo_vectorized_outcome_advantage",
+    "compute_multi_turn_optimal_token_baseline_advantage",
     "compute_opo_outcome_advantage",
+    "compute_optimal_token_baseline_advantage",
+    "compute_policy_loss_bypass_mode",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
+    "compute_policy_loss_dppo_kl",
+    "compute_policy_loss_dppo_tv",
     "compute_policy_loss_dro",
     "compute_policy_loss_geo_mean",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
     "compute_policy_loss_kl_cov",
+    "compute_policy_loss_reinforce",
     "compute_policy_loss_sapo",
     "compute_policy_loss_vanilla",
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
@@ -92,6 +111,7 @@ __all__ = [
     "compute_response_mask",
     "compute_rewards",
     "compute_rloo_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage",
     "compute_value_loss",
     "entropy_from_logits",
     "get_adv_estimator_fn",

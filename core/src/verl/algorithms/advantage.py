@@ -59,6 +59,11 @@ class AdvantageEstimator(str, Enum):
     REMAX = "remax"
     OPO = "opo"
     GPG = "gpg"
+    RLOO_VECTORIZED = "rloo_vectorized"
+    GRPO_VECTORIZED = "grpo_vectorized"
+    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
+    TIR_OPTIMAL_TOKEN_BASELINE = "tir_optimal_token_baseline"
+    GDPO = "gdpo"
 
 
 # ------------------------------------------------------------------------------------------- estimators

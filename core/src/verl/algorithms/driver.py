@@ -17,6 +17,11 @@ from verl.algorithms.registry import get_adv_estimator_fn
 
 __all__ = ["compute_advantage", "compute_response_mask"]
 
+_TOKEN_BASELINE = (
+    AdvantageEstimator.OPTIMAL_TOKEN_BASELINE.value,
+    AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE.value,
+)
+
 
 def compute_response_mask(data: Any) -> torch.Tensor:
     """response_mask = attention_mask[:, -response_len:] (verl/trainer/ppo/ray_trainer.py:compute_response_mask).
@@ -47,7 +52,8 @@ def compute_advantage(
     absent), ``values`` for gae, ``non_tensor_batch["uid"]`` as the group index and ``reward_baselines``
     when present. ``gae`` gets (gamma, lam); ``grpo`` gets ``norm_adv_by_std_in_grpo``; every other
     estimator (built-in or plugin) is called as in verl with token_level_rewards, response_mask, config
-    [, index] [, reward_baselines]. When ``config`` is None a namespace with gamma, lam and
+    [, index] [, reward_baselines]; ``gdpo`` also gets ``non_tensor_batch`` and ``batch``, the optimal
+    token baselines ``sum_pi_squared``, ``old_log_probs`` and ``rollout_is_weights`` (or None). When ``config`` is None a namespace with gamma, lam and
     norm_adv_by_std_in_grpo is passed so config-reading estimators see the driver's values.
     ``num_repeat`` is accepted for verl compatibility and unused (as in verl).
 
@@ -96,6 +102,18 @@ def compute_advantage(
             kwargs["index"] = uid
         if "reward_baselines" in keys:
             kwargs["reward_baselines"] = batch["reward_baselines"]
+        if name == AdvantageEstimator.GDPO.value:  # per-component rewards live in the raw columns
+            kwargs["non_tensor_batch"] = data.non_tensor_batch if data.non_tensor_batch is not None else {}
+            kwargs["batch"] = batch
+        if name in _TOKEN_BASELINE:
+            for key in ("sum_pi_squared", "old_log_probs"):
+                if key not in keys:
+                    raise KeyError(
+                        f"compute_advantage({name}): data.batch lacks {key!r}; the optimal token baseline needs "
+                        "the old policy's log-probs and its Σπ² per token (verl: actor.calculate_sum_pi_squared)"
+                    )
+                kwargs[key] = batch[key]
+            kwargs["rollout_is_weights"] = batch["rollout_is_weights"] if "rollout_is_weights" in keys else None
         advantages, returns = fn(**kwargs)
     batch["advantages"] = advantages
     batch["returns"] = returns

@@ -11,7 +11,7 @@ config=None, rollout_is_weights=None, *, global_batch_info=None) -> (loss, metri
   - ``config`` is any object (attrs, SimpleNamespace, dict) with verl's actor attributes, read with
     defaults: clip_ratio 0.2, clip_ratio_low/high -> clip_ratio, clip_ratio_c 3.0, tau_pos 1.0,
     tau_neg 1.05, policy_loss.{clip_cov_ratio 2e-4, clip_cov_lb 1.0, clip_cov_ub 5.0, kl_cov_ratio 2e-4,
-    ppo_kl_coef 0.1, dro_beta 0.1}, loss_scale_factor None, global_batch_info None;
+    ppo_kl_coef 0.1, dro_beta (required)}, loss_scale_factor None, global_batch_info None;
   - ``global_batch_info`` (argument, else ``config.global_batch_info``): dict of agg_loss normalisers
     (dp_size, batch_num_tokens, global_batch_size, loss_scale_factor) for globally normalised
     micro-batch losses (K04).
@@ -426,17 +426,19 @@ def compute_policy_loss_dro(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Direct Reward Optimisation loss (Richemond et al. 2024, arXiv:2405.19107; verl docs/algo/dro.md).
 
-    L = −(A·logπ − ½·β·(logπ − logπ_old)²), β = ``policy_loss.dro_beta`` (or ``dro_beta``), default 0.1.
+    L = −(A·logπ − ½·β·(logπ − logπ_old)²), β = ``policy_loss.dro_beta`` (or ``dro_beta``); no default,
+    as in verl (whose config default is null).
 
     Raises:
-        ValueError: β <= 0.
+        ValueError: β unset or <= 0.
 
     Source: verl/trainer/ppo/core_algos.py (loss_mode "dro").
     """
     _check(old_log_prob, log_prob, advantages, response_mask, rollout_is_weights)
-    beta = float(_pl(config, "dro_beta", 0.1))
-    if beta <= 0:
-        raise ValueError(f"dro: policy_loss.dro_beta must be > 0, got {beta}")
+    beta = _pl(config, "dro_beta", None)
+    if beta is None or float(beta) <= 0:
+        raise ValueError(f"dro: set actor.policy_loss.dro_beta to a value > 0 (the penalty coefficient), got {beta}")
+    beta = float(beta)
     diff = log_prob - old_log_prob
     pg_losses = -(advantages * log_prob - 0.5 * beta * diff.square())
     loss = _agg(_weighted(pg_losses, rollout_is_weights), response_mask, loss_agg_mode, config, global_batch_info)
