@@ -4,7 +4,11 @@ verl keeps its train sampler state in ``global_step_N/data.pt`` (torchdata ``Sta
 anatomy §3.8). Here the whole state is three integers, ``{"epoch", "batch_in_epoch", "seed"}``: the
 order of epoch ``e`` is a pure function of ``(seed, e)``, so a resumed run replays exactly the rest of
 the interrupted epoch and then the same later epochs as an uninterrupted run (known-failures K19).
-No worker processes: batches are built in the calling process, deterministically.
+
+``data.dataloader_num_workers`` > 0 reads rows in that many ``torch.utils.data.DataLoader`` worker processes.
+The loader is handed the epoch's remaining batches up front (the order is already fixed) and the position
+advances only when a batch reaches the caller, so batches the workers prefetched but the trainer never took
+are not counted: the state, and a resume from it, are the same as with no workers.
 """
 
 from __future__ import annotations
@@ -78,11 +82,21 @@ class StatefulSampler:
         return np.random.default_rng((self.seed, epoch)).permutation(self.num_samples).astype(np.int64)
 
     def __iter__(self) -> Iterator[list[int]]:
-        epoch, start = self.epoch, self.batch_in_epoch
-        order = self.order(epoch)
-        for b in range(start, len(self)):
+        for batch in self.remaining_batches():
             self._position += 1
-            yield order[b * self.batch_size : (b + 1) * self.batch_size].tolist()
+            yield batch
+
+    def remaining_batches(self) -> list[list[int]]:
+        """The index batches left in the current epoch, without advancing (what ``iter()`` would yield)."""
+        order = self.order(self.epoch)
+        return [
+            order[b * self.batch_size : (b + 1) * self.batch_size].tolist()
+            for b in range(self.batch_in_epoch, len(self))
+        ]
+
+    def advance(self, batches: int = 1) -> None:
+        """Count ``batches`` as handed out (the caller consumed them)."""
+        self._position += int(batches)
 
     def set_epoch(self, epoch: int) -> None:
         """Jump to the start of ``epoch``."""
@@ -123,8 +137,15 @@ class PromptDataLoader:
         batch_size: prompts per batch; ignored when ``sampler`` is given.
         sampler: defaults to ``StatefulSampler(len(dataset), batch_size, shuffle, seed, drop_last)``.
         collate_fn: list of items -> batch; default :func:`verl.data.dataset.collate_fn` (``DataProto``).
+        num_workers: ``data.dataloader_num_workers``: rows are read (``dataset[i]``) in that many
+            ``torch.utils.data.DataLoader`` worker processes, collated here; 0 reads them in this process.
+            The dataset must be picklable for workers (``RLHFDataset`` is).
 
-    ``len()`` is batches per epoch; ``state_dict``/``load_state_dict`` are the sampler's.
+    ``len()`` is batches per epoch; ``state_dict``/``load_state_dict`` are the sampler's, and count only the
+    batches this loader yielded (never the ones workers prefetched), so resume is exact with workers too.
+
+    Raises:
+        ValueError: ``num_workers`` < 0.
     """
 
     def __init__(
@@ -137,7 +158,13 @@ class PromptDataLoader:
         seed: int = 1,
         drop_last: bool = True,
         collate_fn: Callable[[Sequence[dict[str, Any]]], Any] = default_collate_fn,
+        num_workers: int = 0,
     ):
+        if int(num_workers) < 0:
+            raise ValueError(
+                f"data.dataloader_num_workers must be >= 0 (0 = read rows in the driver), got {num_workers}"
+            )
+        self.num_workers = int(num_workers)
         self.dataset = dataset
         if sampler is None:
             sampler = StatefulSampler(len(dataset), batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
@@ -151,8 +178,20 @@ class PromptDataLoader:
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[Any]:
-        for indices in self.sampler:
-            yield self.collate_fn([self.dataset[i] for i in indices])
+        if self.num_workers == 0:
+            for indices in self.sampler:
+                yield self.collate_fn([self.dataset[i] for i in indices])
+            return
+        from torch.utils.data import DataLoader
+
+        batches = self.sampler.remaining_batches()
+        if not batches:
+            return
+        # Workers only read rows; collating here keeps DataProto construction (and its checks) in one process.
+        loader = DataLoader(self.dataset, batch_sampler=batches, num_workers=self.num_workers, collate_fn=_rows)
+        for rows in loader:
+            self.sampler.advance()
+            yield self.collate_fn(rows)
 
     def state_dict(self) -> dict[str, int]:
         return self.sampler.state_dict()
@@ -161,19 +200,30 @@ class PromptDataLoader:
         self.sampler.load_state_dict(state)
 
 
+def _rows(items: list[Any]) -> list[Any]:
+    """The DataLoader's collate in the workers: hand the rows back as they are."""
+    return items
+
+
 def create_dataloader(dataset: Any, data_config: Any, *, train: bool = True) -> PromptDataLoader:
     """Build the train or validation loader the way verl's trainer does (``create_rl_sampler`` + loader).
 
     Train: ``batch_size = data.gen_batch_size or data.train_batch_size``, ``shuffle = data.shuffle`` (True),
     ``seed = data.seed`` (1 when null), ``drop_last=True``.
     Validation: ``batch_size = data.val_batch_size or len(dataset)``, ``shuffle = data.validation_shuffle``
-    (False), ``drop_last=False``.
+    (False), ``drop_last=False``. Both read rows in ``data.dataloader_num_workers`` worker processes.
     """
     seed = int(_get(data_config, "seed", 1))
+    workers = int(_get(data_config, "dataloader_num_workers", 0))
     if train:
         batch_size = _get(data_config, "gen_batch_size", None) or _get(data_config, "train_batch_size", 1024)
         return PromptDataLoader(
-            dataset, int(batch_size), shuffle=bool(_get(data_config, "shuffle", True)), seed=seed, drop_last=True
+            dataset,
+            int(batch_size),
+            shuffle=bool(_get(data_config, "shuffle", True)),
+            seed=seed,
+            drop_last=True,
+            num_workers=workers,
         )
     batch_size = _get(data_config, "val_batch_size", None) or len(dataset)
     return PromptDataLoader(
@@ -182,4 +232,5 @@ def create_dataloader(dataset: Any, data_config: Any, *, train: bool = True) -> 
         shuffle=bool(_get(data_config, "validation_shuffle", False)),
         seed=seed,
         drop_last=False,
+        num_workers=workers,
     )
