@@ -233,7 +233,7 @@ def test_hydra_target_keys_are_ignored(tmp_path: Path) -> None:
     [
         ("data: [1, 2\n", "is not valid YAML"),
         ("- a\n- b\n", "must hold a mapping"),
-        ("defaults:\n  - ppo_trainer\n", "Hydra 'defaults' lists are not supported"),
+        ("defaults:\n  - ppo_trainer\n  - override model_engine: megatron\n", "selects a Hydra config group"),
         ("actor_rollout_ref:\n  rollout:\n    prompt_length: ${data.max_prompt_length}\n", "interpolation"),
     ],
 )

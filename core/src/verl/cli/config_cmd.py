@@ -1,7 +1,8 @@
 """``verl config show [CONFIG] [key=value ...]``: print the resolved config as YAML.
 
-The config is built exactly like ``verl train`` builds it (defaults <- CONFIG file <- dotted
-overrides, then validation), so this is the way to check a config before a run. Exit status 0
+The config is built exactly like ``verl train`` builds it (base <- CONFIG file <- dotted
+overrides, then validation; same ``--run-dir`` and ``--schema-defaults``), so this is the way to check a
+config before a run. The first line names the base config used (a YAML comment). Exit status 0
 with the YAML on stdout; 2 with the error message on stderr (unknown key with did-you-mean,
 wrong type, failed validation rule), never a traceback. Warnings go to stderr.
 """
@@ -10,58 +11,44 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-HELP = "show the resolved config (defaults <- YAML file <- key=value overrides) or why it is invalid"
+from verl.cli.run_config import BASE_HELP, add_config_arguments, load_run_config, split_items
+from verl.config.base import DEFAULT_RUN_CONFIG_NAME, RUN_CONFIG_DIR
+
+__all__ = ["DEFAULT_RUN_CONFIG", "add_arguments", "resolved_summary", "run", "split_items"]
+
+HELP = "show the resolved config (base <- YAML file <- key=value overrides) or why it is invalid"
 
 # What `verl train` (and `verl config show`) use when no CONFIG file is given.
-DEFAULT_RUN_CONFIG = Path(__file__).resolve().parent.parent / "trainer" / "config" / "gsm8k_grpo_smollm2_cpu.yaml"
+DEFAULT_RUN_CONFIG = RUN_CONFIG_DIR / f"{DEFAULT_RUN_CONFIG_NAME}.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``show`` action and its positional ``[CONFIG] [key=value ...]``."""
+    """Register the ``show`` action and its ``[CONFIG] [key=value ...]``, ``--run-dir``, ``--schema-defaults``."""
     actions = parser.add_subparsers(dest="config_action", metavar="ACTION", required=True)
     show = actions.add_parser(
         "show",
         help="print the resolved config as YAML",
-        description="Print the resolved config as YAML. CONFIG is a YAML file (optional); "
-        "overrides are verl/Hydra style: actor_rollout_ref.rollout.n=4 or +trainer.logger=[console,file].",
+        description="Print the resolved config as YAML, built exactly as verl train builds it. CONFIG is a YAML "
+        "file (optional); overrides are verl/Hydra style: actor_rollout_ref.rollout.n=4 or "
+        "+trainer.logger=[console,file]; options may come anywhere. " + BASE_HELP,
     )
-    show.add_argument(
-        "--schema-defaults",
-        action="store_true",
-        help="start from the bare schema defaults (verl's) instead of the embedded run config",
-    )
-    show.add_argument(
-        "items",
-        nargs="*",
-        metavar="[CONFIG] [key=value ...]",
-        help="optional YAML file, then dotted overrides",
-    )
-
-
-def split_items(items: list[str]) -> tuple[str | None, list[str]]:
-    """``["run.yaml", "a.b=1"]`` -> ``("run.yaml", ["a.b=1"])``: a first item without ``=`` is the file."""
-    if items and "=" not in items[0]:
-        return items[0], items[1:]
-    return None, list(items)
+    add_config_arguments(show, items_help="optional YAML file, then dotted overrides")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the resolved YAML (exit 0) or the config error on stderr (exit 2)."""
-    from verl.config import ConfigError, load_config, to_yaml
-
-    path, overrides = split_items(args.items)
+    """Print the base line and the resolved YAML (exit 0) or the config error on stderr (exit 2)."""
+    from verl.config import ConfigError, to_yaml
 
     def warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
 
     try:
-        base = path or (None if args.schema_defaults else DEFAULT_RUN_CONFIG)
-        cfg = load_config(base, overrides, on_warning=warn)
+        cfg, base = load_run_config(args, warn)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    sys.stdout.write(f"# {base.describe()}\n")
     sys.stdout.write(to_yaml(cfg))
     sys.stdout.write(resolved_summary(cfg))
     return 0

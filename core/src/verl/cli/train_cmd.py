@@ -1,10 +1,13 @@
-"""``verl train [CONFIG.yaml] [key=value ...]``: run RL post-training.
+"""``verl train [CONFIG.yaml] [key=value ...] [--run-dir DIR]``: run RL post-training.
 
 With no CONFIG, runs the embedded default ``gsm8k_grpo_smollm2_cpu.yaml`` (GRPO on GSM8K
-with SmolLM2-135M-Instruct on CPU). The run directory (``--run-dir``, default
+with SmolLM2-135M-Instruct on CPU); a CONFIG file names its base with a Hydra ``defaults:`` list
+(:mod:`verl.config.base`), and the base used is printed. The run directory (``--run-dir``, default
 ``runs/<project_name>/<experiment_name>``) receives the resolved ``config.yaml``,
 ``metrics.jsonl`` and the final actor as a HF folder (``final_hf/``); checkpoints go to
-``trainer.default_local_dir`` (verl's default ``checkpoints/<project_name>/<experiment_name>``).
+``trainer.default_local_dir``: ``<run-dir>/checkpoints`` when ``--run-dir`` is given and the key is
+unset, else verl's default ``checkpoints/<project_name>/<experiment_name>`` (:mod:`verl.config.run_dir`).
+A run that starts from scratch renames an earlier run's outputs aside first (:mod:`verl.trainer.earlier_run`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ GSM8K_DEFAULT_DIR = Path("~/data/gsm8k")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``[CONFIG] [key=value ...]`` plus ``--run-dir``."""
-    parser.add_argument("items", nargs="*", metavar="[CONFIG] [key=value ...]", help="YAML file, then overrides")
-    parser.add_argument("--run-dir", default=None, help="output folder (default runs/<project>/<experiment>)")
+    """``[CONFIG] [key=value ...]`` plus ``--run-dir``, ``--schema-defaults`` and ``-v``, in any order."""
+    from verl.cli.run_config import BASE_HELP, add_config_arguments
+
+    parser.description = f"{HELP}. Options may come anywhere among the arguments. {BASE_HELP}"
+    add_config_arguments(parser, items_help="YAML file, then overrides")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -57,6 +62,28 @@ def _already_finished(cfg) -> Path | None:
         return None
     print(f"verl train: already finished ({latest[0]}/{total} steps in {latest[1]}); nothing to do")
     return latest[1]
+
+
+def _keep_earlier_run(run_dir: Path, cfg) -> int:
+    """Before a from-scratch run writes anything, rename an earlier run's outputs aside and say so.
+
+    Returns 0, or 2 after printing the error for a bad ``resume_mode`` / ``resume_from_path``."""
+    from verl.trainer.checkpoint import CheckpointResumeError
+    from verl.trainer.earlier_run import set_aside_earlier_run
+
+    try:
+        moved = set_aside_earlier_run(run_dir, cfg)
+    except CheckpointResumeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if moved:
+        print(
+            f"verl train: {run_dir} holds an earlier run and this one starts from scratch (no checkpoint to "
+            f"resume under {cfg.trainer.default_local_dir}); its outputs were kept, renamed:"
+        )
+        for old, new in moved:
+            print(f"  {old} -> {new}")
+    return 0
 
 
 def _write_final_hf(run_dir: Path, write: Callable[[str], object]) -> Path:
@@ -92,31 +119,34 @@ def run(args: argparse.Namespace) -> int:
     """Load and validate the config, then train; exit 2 on a config error, 1 on a run error."""
     import attrs
 
-    from verl.cli.config_cmd import DEFAULT_RUN_CONFIG, split_items
-    from verl.config import ConfigError, load_config, save_resolved_config
+    from verl.cli.run_config import load_run_config
+    from verl.config import ConfigError, save_resolved_config
+    from verl.config.run_dir import default_run_dir
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
-    path, overrides = split_items(args.items)
     try:
-        cfg = load_config(
-            path or DEFAULT_RUN_CONFIG, overrides, on_warning=lambda m: print(f"warning: {m}", file=sys.stderr)
-        )
+        cfg, base = load_run_config(args, lambda m: print(f"warning: {m}", file=sys.stderr))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    print(f"verl train: {base.describe()}")
     if not cfg.data.train_files:
         print("error: data.train_files is not set; give the training .parquet/.jsonl file(s)", file=sys.stderr)
         return 2
     data = attrs.evolve(cfg.data, train_files=_expand(cfg.data.train_files), val_files=_expand(cfg.data.val_files))
     cfg = attrs.evolve(cfg, data=data)
     _ensure_gsm8k(list(cfg.data.train_files or ()) + list(cfg.data.val_files or ()))
-    run_dir = Path(args.run_dir or Path("runs") / cfg.trainer.project_name / cfg.trainer.experiment_name)
+    run_dir = Path(args.run_dir or default_run_dir(cfg.trainer.project_name, cfg.trainer.experiment_name))
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_resolved_config(cfg, run_dir)
 
     finished = _already_finished(cfg)
     if finished is not None:
+        save_resolved_config(cfg, run_dir, header=base.describe())
         return _export_if_missing(finished, run_dir)
+    status = _keep_earlier_run(run_dir, cfg)
+    if status:
+        return status
+    save_resolved_config(cfg, run_dir, header=base.describe())
 
     from verl.controller import WorkerError
     from verl.controller.errors import PlacementError

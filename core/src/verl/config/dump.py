@@ -44,12 +44,16 @@ def to_yaml(cfg: Any) -> str:
         raise ConfigError(f"config cannot be written as YAML: {exc}", key="<root>") from None
 
 
-def save_resolved_config(cfg: RootConfig, run_dir: str | os.PathLike[str]) -> Path:
-    """Write ``cfg`` as ``<run_dir>/config.yaml`` (atomically: temp file + rename); return its path."""
+def save_resolved_config(cfg: RootConfig, run_dir: str | os.PathLike[str], *, header: str | None = None) -> Path:
+    """Write ``cfg`` as ``<run_dir>/config.yaml`` (atomically: temp file + rename); return its path.
+
+    ``header`` (e.g. the base config line) is written first as ``# `` comment lines: loading the file ignores it.
+    """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     target = run_dir / CONFIG_FILENAME
-    text = to_yaml(cfg)
+    comment = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
+    text = comment + to_yaml(cfg)
     fd, tmp = tempfile.mkstemp(prefix=".config.", suffix=".yaml.tmp", dir=run_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

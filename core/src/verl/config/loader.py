@@ -1,7 +1,11 @@
-"""``load_config``: defaults <- YAML file <- dotted overrides, then structure, resolve and validate."""
+"""``load_config``: base <- YAML file <- dotted overrides, then structure, resolve and validate.
+
+The base (bare schema, or a shipped run config) is chosen as :mod:`verl.config.base` describes.
+"""
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -13,12 +17,14 @@ import yaml
 
 from verl.config.aliases import apply_section_aliases
 from verl.config.backend_options import validate_backend_options, validate_registered_names
+from verl.config.base import ConfigBase, base_from_defaults, schema_base
 from verl.config.converter import structure
 from verl.config.dump import to_dict
 from verl.config.errors import ConfigError, ConfigIssue
 from verl.config.keys import find_unknown_keys, prune_unknown
 from verl.config.overrides import apply_override, deep_merge, parse_override
 from verl.config.resolve import resolve_config
+from verl.config.run_dir import follow_run_dir
 from verl.config.schema import RootConfig
 from verl.config.validate import validate_config
 from verl.config.yaml_io import load_yaml
@@ -32,18 +38,25 @@ def load_config(
     path: str | os.PathLike[str] | None = None,
     overrides: Sequence[str] = (),
     *,
+    base: ConfigBase | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
     plugin_manager: Any | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> RootConfig:
     """Build a validated, resolved config.
 
-    Order: built-in defaults, then the YAML file at ``path`` merged on top (mappings merge
-    key by key), then each ``key=value`` override in order (``+key=value`` accepted). Unknown
-    keys, wrong types and inconsistent values are all reported in one :class:`ConfigError`.
+    Order: the base (schema defaults, or a shipped run config over them), then the YAML file at
+    ``path`` merged on top (mappings merge key by key), then each ``key=value`` override in order
+    (``+key=value`` accepted). Unknown keys, wrong types and inconsistent values are all reported
+    in one :class:`ConfigError`.
 
     Args:
-        path: YAML file, or None for defaults only.
+        path: YAML file, or None for the base alone.
         overrides: Hydra-style dotted overrides, e.g. ``["actor_rollout_ref.rollout.n=4"]``.
+        base: the bottom layer; None = what the file's ``defaults:`` list names (:func:`config_base`),
+            else the bare schema. Given, it wins over the file's list (the CLI's ``--schema-defaults``).
+        run_dir: the run folder ``verl train --run-dir`` was given; an unset ``trainer.default_local_dir``
+            becomes ``<run_dir>/checkpoints`` (:mod:`verl.config.run_dir`).
         plugin_manager: for :func:`validate_backend_options`; None = the process-wide one.
         on_warning: called with each validation warning; default logs on ``verl.config``.
 
@@ -56,6 +69,9 @@ def load_config(
     """
     tree = to_dict(RootConfig())
     origins: dict[str, str] = {}
+    base = base or config_base(path, schema_base("no defaults: list in the file" if path else "no file given"))
+    base_tree = read_yaml_file(base.path) if base.path is not None else {}
+    deep_merge(tree, copy.deepcopy(base_tree))
     if path is not None:
         file_tree = read_yaml_file(path)
         _record_origins(file_tree, "", origins, f"from file '{path}'")
@@ -68,6 +84,7 @@ def load_config(
         except ConfigError as exc:
             raise ConfigError(exc.issues) from None
     apply_section_aliases(tree, origins)
+    follow_run_dir(tree, origins, run_dir, base_tree)
     cfg = resolve_config(build_config(tree, origins))
     issues: list[ConfigIssue] = []
     warnings: list[str] = []
@@ -88,15 +105,36 @@ def load_config(
     return cfg
 
 
-def read_yaml_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a config YAML file into a dict (empty file = ``{}``).
-
-    Hydra's ``_target_`` keys are dropped (instantiation metadata with no meaning here);
-    a Hydra ``defaults:`` list and ``${...}`` interpolations are rejected with a message.
+def config_base(path: str | os.PathLike[str] | None, fallback: ConfigBase) -> ConfigBase:
+    """The base a config file names with its Hydra ``defaults:`` list, else ``fallback``.
 
     Raises:
-        ConfigError: missing/unreadable file, YAML syntax error (with line), not a mapping.
+        ConfigError: unreadable file, or a defaults list :func:`~verl.config.base.base_from_defaults` refuses.
     """
+    if path is None:
+        return fallback
+    data = _read_mapping(path)
+    return base_from_defaults(data["defaults"], path) if "defaults" in data else fallback
+
+
+def read_yaml_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a config YAML file into a dict (empty file = ``{}``), without its ``defaults:`` list.
+
+    Hydra's ``_target_`` keys are dropped (instantiation metadata with no meaning here). A Hydra
+    ``defaults:`` list names the file's base (:func:`config_base`); one naming anything but a base
+    config is rejected with the reason. ``${...}`` interpolations are rejected by :func:`build_config`.
+
+    Raises:
+        ConfigError: missing/unreadable file, YAML syntax error (with line), not a mapping, a defaults
+            list that :func:`~verl.config.base.base_from_defaults` refuses.
+    """
+    data = _read_mapping(path)
+    if "defaults" in data:
+        base_from_defaults(data["defaults"], path)  # refuse what it cannot honour, even when the CLI forces a base
+    return _strip_targets({k: v for k, v in data.items() if k != "defaults"})
+
+
+def _read_mapping(path: str | os.PathLike[str]) -> Mapping[str, Any]:
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -113,13 +151,7 @@ def read_yaml_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"config file '{file}' must hold a mapping of sections (data:, trainer:, ...), got {type(data).__name__}",
             key="<file>",
         )
-    if "defaults" in data:
-        raise ConfigError(
-            f"config file '{file}': Hydra 'defaults' lists are not supported; verl.config starts from built-in "
-            "defaults, so write the values to change directly in this file",
-            key="defaults",
-        )
-    return _strip_targets(data)
+    return data
 
 
 def _strip_targets(node: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@
 | critic.model.path / tokenizer_path                    | the actor model's path / tokenizer_path  |
 | critic.checkpoint.load_contents                       | critic checkpoint.save_contents          |
 | reward_model.model.tokenizer_path                     | reward_model.model.path                  |
-| trainer.default_local_dir                             | checkpoints/<project_name>/<experiment_name> |
+| trainer.default_local_dir                             | checkpoints/<project_name>/<experiment_name> (``<run_dir>/checkpoints`` with ``verl train --run-dir``: :mod:`verl.config.run_dir`) |
 
 Machine-dependent values (``trainer.device``) stay null: they are resolved where they are used.
 """

@@ -1,0 +1,103 @@
+"""Keep an earlier run's outputs when a fresh run starts in the same folder.
+
+A run that resumes from ``global_step_S`` continues the earlier run: ``metrics.jsonl`` keeps its rows up to
+``S`` (:meth:`verl.trainer.tracking.Tracking.rewind`). A run that starts from scratch (no checkpoint to
+resume, or ``trainer.resume_mode=disable``) would rewind that file to zero rows, replace ``final_hf/`` and
+``config.yaml``, overwrite the per-step sample files and rotate out the old checkpoints: the earlier run
+would be lost. Instead, before anything is written, its outputs are renamed beside themselves with a time
+stamp, ``metrics.jsonl`` -> ``metrics.<YYYYmmdd-HHMMSS>.jsonl``, ``final_hf/`` -> ``final_hf.<stamp>/``,
+``rollouts/`` -> ``rollouts.<stamp>/``, ... (a rename: nothing is copied or deleted), and the caller says so
+on the console.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+#: Files and folders of a run folder that hold a run's results (``config.yaml`` moves with them).
+RUN_OUTPUTS = ("metrics.jsonl", "val_generations.jsonl", "final_hf", "tensorboard")
+CONFIG_FILE = "config.yaml"
+
+
+def needs_fresh_start(config: Any) -> bool:
+    """Whether the run will start from scratch: ``resume_mode`` finds no checkpoint to resume.
+
+    Args:
+        config: the resolved :class:`verl.config.RootConfig`.
+
+    Raises:
+        CheckpointResumeError / CheckpointNotFoundError: a bad ``resume_mode`` or ``resume_from_path``
+            (:meth:`verl.trainer.checkpoint.CheckpointManager.resolve_resume`).
+    """
+    from verl.trainer.checkpoint import CheckpointManager
+
+    trainer = config.trainer
+    manager = CheckpointManager(trainer.default_local_dir)
+    return manager.resolve_resume(trainer.resume_mode, trainer.resume_from_path) is None
+
+
+def set_aside_earlier_run(
+    run_dir: str | os.PathLike[str], config: Any, *, stamp: str | None = None
+) -> list[tuple[Path, Path]]:
+    """Rename an earlier run's outputs aside if this run starts from scratch; returns ``[(old, new), ...]``.
+
+    Moved when present and not empty: :data:`RUN_OUTPUTS` in ``run_dir``, the ``trainer.rollout_data_dir``
+    and ``trainer.validation_data_dir`` folders, and the checkpoints under ``trainer.default_local_dir``
+    (``resume_mode=disable`` would otherwise rotate them out); ``config.yaml`` goes along with any of them.
+    A run that resumes moves nothing.
+
+    Args:
+        run_dir: the run folder (``--run-dir``).
+        config: the resolved :class:`verl.config.RootConfig`.
+        stamp: suffix to use (default: local time ``YYYYmmdd-HHMMSS``); a taken name gets ``-2``, ``-3``, ...
+
+    Raises:
+        CheckpointResumeError: as :func:`needs_fresh_start`.
+    """
+    run_dir = Path(run_dir)
+    if not needs_fresh_start(config):
+        return []
+    stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
+    trainer = config.trainer
+    candidates = [run_dir / name for name in RUN_OUTPUTS]
+    candidates += [Path(p).expanduser() for p in (trainer.rollout_data_dir, trainer.validation_data_dir) if p]
+    candidates += _checkpoint_entries(Path(trainer.default_local_dir).expanduser(), run_dir)
+    moved = [(path, _rename_aside(path, stamp)) for path in dict.fromkeys(candidates) if _holds_data(path)]
+    if moved and (run_dir / CONFIG_FILE).is_file():
+        moved.append((run_dir / CONFIG_FILE, _rename_aside(run_dir / CONFIG_FILE, stamp)))
+    return moved
+
+
+def _checkpoint_entries(root: Path, run_dir: Path) -> list[Path]:
+    """The checkpoint root itself, or its ``global_step_N`` entries when the root holds the run folder."""
+    from verl.trainer.checkpoint import TRACKER_FILE
+
+    if not root.is_dir():
+        return []
+    steps = [p for p in root.iterdir() if p.name.startswith("global_step_") and p.is_dir()]
+    if not steps:
+        return []
+    absolute_root, absolute_run = root.resolve(), run_dir.resolve()
+    if absolute_run == absolute_root or absolute_root in absolute_run.parents:
+        return [*sorted(steps), root / TRACKER_FILE]
+    return [root]
+
+
+def _holds_data(path: Path) -> bool:
+    if path.is_dir():
+        return any(path.iterdir())
+    return path.is_file() and path.stat().st_size > 0
+
+
+def _rename_aside(path: Path, stamp: str) -> Path:
+    """``metrics.jsonl`` -> ``metrics.<stamp>.jsonl``, ``rollouts`` -> ``rollouts.<stamp>`` (first free name)."""
+    stem, suffix = (path.stem, path.suffix) if path.is_file() else (path.name, "")
+    for n in range(1, 1000):
+        target = path.with_name(f"{stem}.{stamp}{'' if n == 1 else f'-{n}'}{suffix}")
+        if not target.exists():
+            os.rename(path, target)
+            return target
+    raise FileExistsError(f"no free name to move {path} aside (tried {stem}.{stamp}-N{suffix} up to 999)")
