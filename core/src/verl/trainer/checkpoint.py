@@ -136,16 +136,29 @@ class CheckpointManager:
         max_ckpt_to_keep: keep at most this many complete checkpoints (verl ``trainer.max_actor_ckpt_to_keep``);
             ``None`` or ``0`` keeps all. Checkpoints already on disk count (K18b: a resumed run rotates out the
             checkpoint it resumed from once a newer one is safely saved).
+        part_limits: ``{part name: N}``: keep that part (e.g. ``"critic"``, verl ``trainer.max_critic_ckpt_to_keep``)
+            only in the newest ``N`` kept checkpoints, deleting it from older ones after each save, as verl's
+            per-role checkpoint managers do; ``None``/``0`` keeps it wherever its checkpoint is kept. A
+            checkpoint whose part was pruned cannot resume that role.
 
     Single writer: one process (the trainer driver) saves into a directory at a time. Raises ValueError for a
     negative or non-int ``max_ckpt_to_keep``.
     """
 
-    def __init__(self, default_local_dir: str | os.PathLike[str], max_ckpt_to_keep: int | None = None):
-        if max_ckpt_to_keep is not None and not (_is_int(max_ckpt_to_keep) and max_ckpt_to_keep >= 0):
-            raise ValueError(
-                f"max_ckpt_to_keep must be None or an int >= 0 (0/None: keep all), got {max_ckpt_to_keep!r}"
-            )
+    def __init__(
+        self,
+        default_local_dir: str | os.PathLike[str],
+        max_ckpt_to_keep: int | None = None,
+        part_limits: Mapping[str, int | None] | None = None,
+    ):
+        limits = {
+            "max_ckpt_to_keep": max_ckpt_to_keep,
+            **{f"part_limits[{k!r}]": v for k, v in (part_limits or {}).items()},
+        }
+        for name, value in limits.items():
+            if value is not None and not (_is_int(value) and value >= 0):
+                raise ValueError(f"{name} must be None or an int >= 0 (0/None: keep all), got {value!r}")
+        self.part_limits = {k: v for k, v in (part_limits or {}).items() if v}
         self.root = Path(os.path.abspath(os.path.expanduser(os.fspath(default_local_dir))))
         self.max_ckpt_to_keep = max_ckpt_to_keep
         self.root.mkdir(parents=True, exist_ok=True)
@@ -258,6 +271,7 @@ class CheckpointManager:
         if saved_step in self._tracked:
             self._tracked.remove(saved_step)
         self._tracked.append(saved_step)
+        self._prune_parts()
         if not self.max_ckpt_to_keep:
             return
         for step in self._tracked[: -self.max_ckpt_to_keep]:
@@ -269,6 +283,22 @@ class CheckpointManager:
                 continue
             self._tracked.remove(step)
             logger.info("removed old checkpoint %s (max_ckpt_to_keep=%d)", path, self.max_ckpt_to_keep)
+
+    def _prune_parts(self) -> None:
+        """Drop each limited part from all but the newest ``limit`` checkpoints holding it (renamed aside first,
+        so an interrupted delete never leaves a half part under its own name)."""
+        for part, limit in self.part_limits.items():
+            holding = [step for step in self._tracked if (self.step_dir(step) / part).exists()]
+            for step in holding[:-limit]:
+                path = self.step_dir(step) / part
+                aside = path.with_name(f"{part}.del-{os.getpid()}")
+                try:
+                    os.rename(path, aside)
+                    _remove_tree(aside)
+                except OSError as exc:
+                    logger.warning("could not remove old %s part %s (kept, will retry next save): %s", part, path, exc)
+                    continue
+                logger.info("removed %s from old checkpoint %s (limit %d)", part, self.step_dir(step), limit)
 
     # ------------------------------------------------------------------ find / resume
     def latest(self) -> tuple[int, Path] | None:

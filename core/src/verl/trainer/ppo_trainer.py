@@ -135,7 +135,9 @@ class PPOTrainer(StepStages, ValidationLoop):
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
         # verl's layout: checkpoints under trainer.default_local_dir (checkpoints/<project>/<experiment>).
         self.checkpoints = CheckpointManager(
-            cfg.trainer.default_local_dir, max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep
+            cfg.trainer.default_local_dir,
+            max_ckpt_to_keep=cfg.trainer.max_actor_ckpt_to_keep,
+            part_limits={"critic": cfg.trainer.max_critic_ckpt_to_keep},
         )
         self.tracking = Tracking(
             project_name=cfg.trainer.project_name,
