@@ -30,14 +30,19 @@ REWARD_EXTRA_PREFIX = "reward_extra/"
 def _component(non_tensor_batch: Mapping[str, Any], key: str) -> np.ndarray:
     for name in (key, f"{REWARD_EXTRA_PREFIX}{key}"):
         if name in non_tensor_batch:
-            values = non_tensor_batch[name]
             try:
-                return np.asarray(values, dtype=np.float32)
+                values = np.asarray(non_tensor_batch[name], dtype=np.float32)
             except (TypeError, ValueError) as err:
+                values, detail = None, str(err)
+            else:
+                bad = np.flatnonzero(~np.isfinite(values.reshape(-1)))
+                detail = f"rows {bad[:5].tolist()} are not finite numbers" if bad.size else ""
+            if detail:  # None (a row whose dict lacked the key) would become NaN advantages for the whole group
                 raise ValueError(
-                    f"gdpo: reward component {key!r} ({name}) must hold one number per row; a row's "
-                    f"compute_score dict lacked it or gave a non-number ({err})"
-                ) from err
+                    f"gdpo: reward component {key!r} ({name}) must hold one finite number per row; "
+                    f"compute_score's dict lacked it or gave a non-number ({detail})"
+                )
+            return values
     raise KeyError(
         f"gdpo: reward component {key!r} (algorithm.gdpo_reward_keys) is not in the batch; present: "
         f"{sorted(non_tensor_batch)}. compute_score must return a dict with {key!r} for every response."
