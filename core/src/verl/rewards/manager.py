@@ -95,6 +95,9 @@ class RewardManager:
             ``ScorerSpec`` with a path (user code), thread otherwise (built-in rule scorers are trusted and fast).
         memory_limit_mb: address-space limit (``RLIMIT_AS``) per worker process in MiB; ``None`` = none. Only
             used with process isolation.
+        overlong_buffer: the ``dapo`` manager's soft overlong penalty
+            (:class:`~verl.rewards.reward_managers.OverlongBuffer`, from ``reward_model.reward_kwargs``): added to
+            every sample's score by its valid response length; ``None`` (``naive``) adds nothing.
 
     A failure is an exception, a timeout, or a result that is ``None``, not a number/dict, a dict without
     ``"score"``, or a NaN/inf score. Configuration errors (:class:`RewardConfigError`: unknown data source,
@@ -122,6 +125,7 @@ class RewardManager:
         num_examine: int = 0,
         isolation: str = "auto",
         memory_limit_mb: int | None = 2048,
+        overlong_buffer: Any = None,
     ) -> None:
         if on_error not in ON_ERROR_POLICIES:
             raise ValueError(f"on_error={on_error!r} is not supported; use one of {ON_ERROR_POLICIES}")
@@ -152,6 +156,7 @@ class RewardManager:
             self.compute_score = default_compute_score if compute_score is None else compute_score
         self.reward_fn_key = reward_fn_key
         self.reward_kwargs = dict(reward_kwargs or {})
+        self.overlong_buffer = overlong_buffer
         self.timeout_s = timeout_s
         self.on_error = on_error
         self.num_workers = int(num_workers)
@@ -342,6 +347,10 @@ class RewardManager:
             if kind in _KIND_METRICS:
                 by_kind[_KIND_METRICS[kind]] += 1
             extras.append(None)
+        penalties = None
+        if self.overlong_buffer is not None:  # dapo: the length penalty adds to the score (a failed one is 0.0)
+            penalties = [self.overlong_buffer.penalty(length) for length in lengths]
+            scores = [score + penalty for score, penalty in zip(scores, penalties, strict=True)]
         reward_tensor = torch.zeros((bs, resp_len), dtype=torch.float32, device=responses.device)
         rows = [i for i in range(bs) if lengths[i] > 0]
         if rows:
@@ -353,6 +362,9 @@ class RewardManager:
         # A failed sample reports the substituted 0.0 as its score/acc and None for every other key.
         failed = {key: 0.0 if key in ("score", "acc") else None for key in keys}
         reward_extra_info = {key: [(failed if extra is None else extra).get(key) for extra in extras] for key in keys}
+        if penalties is not None and self.overlong_buffer.log:
+            reward_extra_info["overlong_reward"] = penalties
+            reward_extra_info["overlong"] = [penalty < 0 for penalty in penalties]
         metrics = {
             "reward/errors": errors,
             **by_kind,

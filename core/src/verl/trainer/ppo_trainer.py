@@ -166,20 +166,26 @@ class PPOTrainer(StepStages, ValidationLoop):
             self.rm_wg.init_model()
 
     def _build_reward_manager(self) -> Any:
+        """verl's ``load_reward_manager``: ``reward_model.reward_manager`` (naive|dapo) with its share of
+        ``reward_model.reward_kwargs``; the other keywords go to the scorer, built-in or custom (where
+        ``custom_reward_function.reward_kwargs`` win on a shared key, as verl's bound kwargs take precedence)."""
         from verl.rewards import RewardManager
         from verl.rewards.manager import ScorerSpec
+        from verl.rewards.reward_managers import split_reward_kwargs
 
         cfg = self.config
         rm = cfg.reward_model
         custom = cfg.custom_reward_function
+        overlong, scorer_kwargs = split_reward_kwargs(rm.reward_manager, rm.reward_kwargs)
         compute_score = None
         if custom.path:  # loaded by path: in worker processes (isolation auto/process) or here (thread/none)
-            compute_score = ScorerSpec(custom.path, custom.name, dict(custom.reward_kwargs))
+            compute_score = ScorerSpec(custom.path, custom.name, {**scorer_kwargs, **custom.reward_kwargs})
         return RewardManager(
             self.tokenizer,
             compute_score=compute_score,
             reward_fn_key=cfg.data.reward_fn_key,
-            reward_kwargs=dict(rm.reward_kwargs) if compute_score is None else None,
+            reward_kwargs=scorer_kwargs if compute_score is None else None,
+            overlong_buffer=overlong,
             timeout_s=rm.timeout_s,
             on_error=rm.on_error,
             num_workers=rm.num_workers,
