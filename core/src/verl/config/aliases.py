@@ -5,6 +5,12 @@ verl configures FSDP with ``actor_rollout_ref.actor.fsdp_config.*`` (and ``ref.f
 checked by the backend plugin's options class. A verl-style key is moved to its place before the
 schema check, so ``actor_rollout_ref.actor.fsdp_config.param_offload=true`` just works, and
 setting the same option both ways is an error naming both keys.
+
+Where it goes depends on the role's training engine (``actor.strategy``; the critic's own ``strategy``
+when set): ``fsdp`` (and verl's ``fsdp2``) -> ``engine_kwargs.fsdp``; core's single-process ``reference``
+engine honours ``param_offload``, ``optimizer_offload`` and ``model_dtype`` (as its ``dtype``) ->
+``engine_kwargs.reference``, and any other ``fsdp_config`` key is an error naming the engine (it would
+otherwise sit in a section nobody reads); any other engine: an error naming it.
 """
 
 from __future__ import annotations
@@ -14,13 +20,17 @@ from typing import Any
 
 from verl.config.errors import ConfigError, ConfigIssue
 
-#: verl key -> our key (both dotted paths of a section).
-SECTION_ALIASES: dict[str, str] = {
-    "actor_rollout_ref.actor.fsdp_config": "actor_rollout_ref.actor.engine_kwargs.fsdp",
-    "actor_rollout_ref.ref.fsdp_config": "actor_rollout_ref.ref.engine_kwargs.fsdp",
-    "critic.fsdp_config": "critic.engine_kwargs.fsdp",
-    "critic.model.fsdp_config": "critic.engine_kwargs.fsdp",
+#: verl section -> (the section holding its engine_kwargs, the key naming its training engine, fallback key).
+SECTION_ALIASES: dict[str, tuple[str, str, str | None]] = {
+    "actor_rollout_ref.actor.fsdp_config": ("actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy", None),
+    "actor_rollout_ref.ref.fsdp_config": ("actor_rollout_ref.ref", "actor_rollout_ref.actor.strategy", None),
+    "critic.fsdp_config": ("critic", "critic.strategy", "actor_rollout_ref.actor.strategy"),
+    "critic.model.fsdp_config": ("critic", "critic.strategy", "actor_rollout_ref.actor.strategy"),
 }
+#: fsdp_config keys the ``reference`` engine honours -> its option name.
+REFERENCE_KEYS = {"param_offload": "param_offload", "optimizer_offload": "optimizer_offload", "model_dtype": "dtype"}
+_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DEFAULT_STRATEGY = "reference"  # ActorConfig.strategy's default
 
 
 def _node(tree: MutableMapping[str, Any], path: list[str], create: bool) -> MutableMapping[str, Any] | None:
@@ -36,15 +46,66 @@ def _node(tree: MutableMapping[str, Any], path: list[str], create: bool) -> Muta
     return node if isinstance(node, MutableMapping) else None
 
 
+def _get(tree: MutableMapping[str, Any], dotted: str) -> Any:
+    *parents, leaf = dotted.split(".")
+    node = _node(tree, parents, create=False)
+    return None if node is None else node.get(leaf)
+
+
+def _engine_of(tree: MutableMapping[str, Any], key: str, fallback: str | None) -> tuple[str, str]:
+    """(training engine name, the key it was read from) for one role."""
+    value = _get(tree, key)
+    if value is None and fallback is not None:
+        key, value = fallback, _get(tree, fallback)
+    return (str(value) if value is not None else DEFAULT_STRATEGY), key
+
+
+def _translate(alias: str, value: MutableMapping[str, Any], engine: str, engine_key: str) -> dict[str, Any]:
+    """The options of ``value`` under the names of ``engine``'s options (raises for what it cannot take)."""
+    if engine.startswith("fsdp"):
+        return dict(value)
+    if engine != "reference":
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    f"{alias}.{key}",
+                    f"{alias}.{key}: {alias} configures FSDP, but the training engine is {engine!r} ({engine_key}); set "
+                    f"{engine_key}=fsdp, or configure {engine!r} in its own section",
+                )
+                for key in value
+            ]
+        )
+    unknown = [key for key in value if key not in REFERENCE_KEYS]
+    if unknown:
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    f"{alias}.{key}",
+                    f"{alias}.{key}: training engine 'reference' ({engine_key}={engine}, core's single-process engine) "
+                    "is not FSDP; "
+                    f"of {alias} it honours {', '.join(REFERENCE_KEYS)} only: set {engine_key}=fsdp "
+                    "(pip install verl-fsdp) to use FSDP's options, or remove the key",
+                )
+                for key in unknown
+            ]
+        )
+    out = {REFERENCE_KEYS[key]: item for key, item in value.items()}
+    if isinstance(out.get("dtype"), str):
+        out["dtype"] = _DTYPE_NAMES.get(out["dtype"], out["dtype"])
+    return out
+
+
 def apply_section_aliases(tree: MutableMapping[str, Any], origins: MutableMapping[str, str]) -> None:
-    """Move every :data:`SECTION_ALIASES` section of ``tree`` (in place) to its target key.
+    """Move every :data:`SECTION_ALIASES` section of ``tree`` (in place) to the role's
+    ``engine_kwargs.<engine>`` (see the module docstring for which engine takes which key).
 
     ``origins`` (dotted key -> where it was set) gains the moved keys, noting the verl name.
 
     Raises:
-        ConfigError: an alias that is not a mapping, or an option set under both names.
+        ConfigError: an alias that is not a mapping, an option set under both names, an ``fsdp_config`` key the
+            role's training engine cannot take (naming the engine and ``<role>.strategy``).
     """
-    for alias, target in SECTION_ALIASES.items():
+    for alias, (section, engine_key, fallback) in SECTION_ALIASES.items():
         *parent_path, leaf = alias.split(".")
         parent = _node(tree, parent_path, create=False)
         if parent is None or leaf not in parent:
@@ -54,17 +115,23 @@ def apply_section_aliases(tree: MutableMapping[str, Any], origins: MutableMappin
             continue
         if not isinstance(value, MutableMapping):
             raise ConfigError(ConfigIssue(alias, f"{alias} must be a section of options, got {value!r}"))
+        engine, read_from = _engine_of(tree, engine_key, fallback)
+        options = _translate(alias, value, engine, read_from)
+        target = f"{section}.engine_kwargs.{'fsdp' if engine.startswith('fsdp') else engine}"
         dest = _node(tree, target.split("."), create=True)
         if dest is None:
             raise ConfigError(ConfigIssue(target, f"{target} must be a section of options"))
+        names = dict(zip(options, value, strict=True))  # our option name -> the verl name it came from
         issues = [
-            ConfigIssue(f"{alias}.{key}", f"{alias}.{key} is also set as {target}.{key}; keep one of them")
-            for key in value
+            ConfigIssue(
+                f"{alias}.{names[key]}", f"{alias}.{names[key]} is also set as {target}.{key}; keep one of them"
+            )
+            for key in options
             if key in dest
         ]
         if issues:
             raise ConfigError(issues)
-        for key, item in value.items():
+        for key, item in options.items():
             dest[key] = item
-            source = origins.get(f"{alias}.{key}")
-            origins[f"{target}.{key}"] = f"{source + ', ' if source else ''}as {alias}.{key}"
+            source = origins.get(f"{alias}.{names[key]}")
+            origins[f"{target}.{key}"] = f"{source + ', ' if source else ''}as {alias}.{names[key]}"

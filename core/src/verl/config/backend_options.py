@@ -7,6 +7,7 @@
   ``options_cls`` (an unknown option is an error naming
   ``actor_rollout_ref.rollout.engine_kwargs.vllm.<key>``); a backend without an options class
   takes no options;
+* the rollout engine's own check of the first-class rollout keys (``RolloutEngineSpec.check_config``);
 * a training engine used on more than one worker declares the ``data_parallel`` capability; a rollout
   engine with ``rollout.tensor_model_parallel_size > 1`` declares ``tensor_parallel``;
 * ``algorithm.adv_estimator`` and ``actor.policy_loss.loss_mode`` name registered functions.
@@ -193,7 +194,8 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
                 name_key,
                 f"training engine {name!r} runs in a single process and cannot train on {world} workers "
                 "(trainer.nnodes x trainer.n_gpus_per_node); use a data-parallel engine such as "
-                f"{name_key}=fsdp (pip install verl-fsdp) or set trainer.n_gpus_per_node=1",
+                f"{name_key}=fsdp (from the verl checkout: pip install ./plugins/verl-fsdp) "
+                "or set trainer.n_gpus_per_node=1",
             )
         tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
         if kind == "rollout_engine" and tp > 1 and "tensor_parallel" not in capabilities:
@@ -203,6 +205,9 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
                 "'tensor_parallel'); use tensor_model_parallel_size=1 or a rollout engine that splits the model "
                 "(hf, vllm)",
             )
+        check = getattr(spec, "check_config", None) if kind == "rollout_engine" else None
+        for key, message in check(cfg.actor_rollout_ref.rollout) if check is not None else ():
+            report.error(key, message)
         path = f"{kwargs_key}.{name}"
         try:
             options[path] = structure_options(

@@ -8,7 +8,10 @@
   uses the trainer's devices);
 * ``rollout.tensor_model_parallel_size`` >= 1 and divides the rollout world size; the model-dependent
   checks (heads, key/value heads, vocabulary) run when the trainer loads the model config
-  (:func:`verl.engines.weight_sync.layout.tensor_parallel_problems`).
+  (:func:`verl.engines.weight_sync.layout.tensor_parallel_problems`);
+* the engine keys every backend shares (:func:`check_engine_keys`): ranges, ``load_format=dummy`` refused,
+  and verl's switches for features not built here refused at anything but verl's default. Whether a backend
+  can honour a key is its own check (``RolloutEngineSpec.check_config``, run with the backend options).
 """
 
 from __future__ import annotations
@@ -21,9 +24,59 @@ ARR = "actor_rollout_ref"
 TP_KEY = f"{ARR}.rollout.tensor_model_parallel_size"
 
 
-def check_rollout(cfg: RootConfig, report: IssueCollector) -> None:
-    """Add the rollout placement / mode / TP errors of a resolved config to ``report``."""
+# key -> (verl's default, the only value built here, why another value is refused)
+NOT_BUILT: dict[str, tuple[object, str]] = {
+    "data_parallel_size": (
+        1,
+        "data parallelism inside one rollout server is not built; replicas come from the trainer's world "
+        "(trainer.nnodes x n_gpus_per_node / tensor_model_parallel_size)",
+    ),
+    "expert_parallel_size": (1, "expert-parallel MoE rollout is not built (Megatron / MoE support, issue #17)"),
+    "pipeline_model_parallel_size": (1, "pipeline-parallel rollout is not built; use tensor_model_parallel_size"),
+    "layered_summon": (False, "LoRA rollout sync is not built (LoRA / SFT, issue #21)"),
+    "multi_stage_wake_up": (False, "an SGLang option; the SGLang rollout is not built (issue #18)"),
+    "enable_rollout_routing_replay": (
+        False,
+        "MoE router replay (rollout routing recorded for the trainer) is not built (Megatron / MoE, issue #17)",
+    ),
+}
+
+
+def check_engine_keys(cfg: RootConfig, report: IssueCollector) -> None:
+    """Backend-independent checks of the rollout engine keys (``gpu_memory_utilization`` ... ``ignore_eos``)."""
     rollout = cfg.actor_rollout_ref.rollout
+    key = f"{ARR}.rollout"
+    if rollout.load_format == "dummy":
+        report.error(
+            f"{key}.load_format",
+            "=dummy starts the rollout from random weights, which verl overwrites with a weight sync before the "
+            "first generation; this trainer syncs after each update only, so step 1 would sample from random "
+            "weights: use load_format=auto (or hf / safetensors)",
+        )
+    share = rollout.gpu_memory_utilization
+    if share is not None and not 0.0 < share <= 1.0:
+        report.error(f"{key}.gpu_memory_utilization", f"must be in (0, 1] (a share of device memory), got {share}")
+    for name in ("max_num_batched_tokens", "max_model_len", "max_num_seqs"):
+        value = getattr(rollout, name)
+        if value is not None and value < 1:
+            report.error(f"{key}.{name}", f"must be >= 1 or null (the backend's default), got {value}")
+    needed = (rollout.prompt_length or 0) + (rollout.response_length or 0)
+    if rollout.max_model_len is not None and 0 < rollout.max_model_len < needed:
+        report.error(
+            f"{key}.max_model_len",
+            f"={rollout.max_model_len} is shorter than rollout.prompt_length + response_length = {needed}; "
+            "raise it, or set it to null (= that sum)",
+        )
+    for name, (default, why) in NOT_BUILT.items():
+        value = getattr(rollout, name)
+        if value != default:
+            report.error(f"{key}.{name}", f"={value}: {why}; only {default} is accepted")
+
+
+def check_rollout(cfg: RootConfig, report: IssueCollector) -> None:
+    """Add the rollout placement / mode / TP / engine-key errors of a resolved config to ``report``."""
+    rollout = cfg.actor_rollout_ref.rollout
+    check_engine_keys(cfg, report)
     if rollout.mode == "async":
         report.error(
             f"{ARR}.rollout.mode",

@@ -134,6 +134,7 @@ class RLHFDataset:
         self.return_raw_chat: bool = bool(_cfg(config, "return_raw_chat", True))
         self.apply_chat_template_kwargs: dict[str, Any] = dict(_cfg(config, "apply_chat_template_kwargs", {}))
         self.skip_bad_rows: bool = bool(_cfg(config, "skip_bad_rows", False))
+        self.image_key: str = _cfg(config, "image_key", "images")
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation={self.truncation!r} is not one of {TRUNCATION_MODES}")
         if self.max_prompt_length <= 0:
@@ -144,6 +145,7 @@ class RLHFDataset:
         if max_samples is not None and max_samples > 0:
             rows = rows[:max_samples]
         self.num_rows_read = len(rows)
+        _refuse_images(rows, self.image_key)
         rows, messages, ids = self._checked_rows(rows)
 
         columns = list(dict.fromkeys(k for row, _, _ in rows for k in row if k != self.prompt_key))
@@ -284,6 +286,17 @@ class RLHFDataset:
         item["attention_mask"] = attention_mask
         item["position_ids"] = compute_position_ids(attention_mask)
         return item
+
+
+def _refuse_images(rows: list[tuple[dict, str, int]], image_key: str) -> None:
+    """verl's multimodal rows carry images in ``data.image_key``; dropping them would train on the text alone."""
+    for row, file, i in rows:
+        value = row.get(image_key)
+        if value is not None and (not hasattr(value, "__len__") or len(value) > 0):
+            raise ValueError(
+                f"{file} row {i}: column {image_key!r} (data.image_key) holds images, but vision-language prompts "
+                "are not supported yet; use a text-only dataset (or point data.image_key at no column)"
+            )
 
 
 def _object_array(values: list[Any]) -> np.ndarray:

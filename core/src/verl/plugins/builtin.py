@@ -74,6 +74,7 @@ def verl_rollout_engines() -> list:
     ``tensor_parallel`` (``rollout.tensor_model_parallel_size > 1`` splits it over DTensor TP groups).
     """
     from verl.engines.reference.builders import HFRolloutOptions, build_hf_rollout_engine
+    from verl.engines.reference.rollout_options import check_hf_rollout_config
     from verl.plugins.specs import RolloutEngineSpec
 
     return [
@@ -83,6 +84,7 @@ def verl_rollout_engines() -> list:
             options_cls=HFRolloutOptions,
             devices=("cpu", "cuda"),
             capabilities={"share_module", "tensor_parallel"},
+            check_config=check_hf_rollout_config,
         )
     ]
 

@@ -186,12 +186,19 @@ class RolloutEngineSpec(_BackendSpec):
 
     Same fields as :class:`TrainingEngineSpec`; ``name`` is ``actor_rollout_ref.rollout.name``
     (``"vllm"``, ``"sglang"``, ``"hf"``), ``factory`` builds a :class:`verl.engines.RolloutEngine`.
+
+    ``check_config``: optional ``f(rollout_config) -> [(dotted key, message), ...]``, run when the config is
+    loaded: the first-class rollout keys (``gpu_memory_utilization``, ``enforce_eager``, ...) this backend
+    cannot honour, or honours only in some range. Cheap and import-light, like ``available``.
     """
 
     KIND: ClassVar[str] = "rollout_engine"
 
     capabilities: frozenset[str] = attrs.field(
         factory=frozenset, converter=_as_frozenset, validator=_str_collection(True)
+    )
+    check_config: Callable[[Any], Any] | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_callable)
     )
 
 

@@ -26,6 +26,11 @@ class DataConfig:
     val_files: FileList = fld(None, doc="validation parquet/jsonl file(s); null = no validation set")
     prompt_key: str = fld("prompt", doc="column holding the chat messages of the prompt")
     reward_fn_key: str = fld("data_source", doc="column that selects the reward function")
+    image_key: str = fld(
+        "images",
+        doc="column holding a row's images (verl's multimodal rows); a row with images is refused: "
+        "vision-language prompts are not built yet",
+    )
     max_prompt_length: int = fld(512, doc="prompt length in tokens; prompts are left-padded to it")
     max_response_length: int = fld(512, doc="response length in tokens; responses are right-padded to it")
     train_batch_size: int = fld(1024, doc="prompts per training step (before repeating by rollout.n)")

@@ -11,6 +11,7 @@ from verl.config.schema._fields import BackendKwargs, fld, free_dict, section
 RolloutMode = Literal["sync", "async"]
 Placement = Literal["hybrid", "colocated", "standalone"]
 Dtype = Literal["auto", "float32", "bfloat16", "float16", "fp32", "bf16", "fp16"]
+LoadFormat = Literal["auto", "hf", "safetensors", "dummy"]
 
 
 @attrs.frozen(kw_only=True)
@@ -57,6 +58,18 @@ class RolloutConfig:
     AVX-512/AMX, bfloat16 on accelerators as verl), ``tensor_model_parallel_size`` to 1 (verl: 2), and
     ``placement`` is our key for verl's ``RolloutMode`` (verl picks it from the trainer class).
     Backend-specific knobs live in ``engine_kwargs.<name>``, checked by the backend plugin's options class.
+
+    Engine keys (verl's ``rollout.yaml`` names, ``gpu_memory_utilization`` ... ``ignore_eos``): each backend
+    maps them to its engine's own option and checks them when the config is loaded (the spec's
+    ``check_config``); a value a backend cannot honour is an error naming the backend (e.g. the ``hf``
+    engine has no GPU memory pool, so ``gpu_memory_utilization`` is refused there). Null means the
+    backend's own default (verl's defaults are vLLM's: 0.5, chunked prefill and prefix caching on, 8192
+    batched tokens, 256 sequences); ``load_format`` defaults to ``auto`` (verl: ``dummy``) because this
+    trainer does not sync weights before the first generation. The parallel sizes other than tensor parallel
+    and the MoE / LoRA / SGLang switches (``data_parallel_size``, ``expert_parallel_size``,
+    ``pipeline_model_parallel_size``, ``layered_summon``, ``multi_stage_wake_up``,
+    ``enable_rollout_routing_replay``) are accepted at verl's default only; any other value is refused
+    with the reason (:mod:`verl.config.validate_rollout`).
     """
 
     name: str = fld("hf", doc="rollout engine plugin name: hf|vllm|sglang|trtllm|...")
@@ -71,6 +84,33 @@ class RolloutConfig:
     free_cache_engine: bool = fld(
         True, doc="sleep the rollout after generation (free KV cache / weights) and wake it for the next sync"
     )
+    gpu_memory_utilization: float | None = fld(
+        None, doc="share of accelerator memory for the engine (weights + KV cache), (0, 1]; null = backend default"
+    )
+    enforce_eager: bool | None = fld(None, doc="no CUDA graphs / compilation in the engine; null = backend default")
+    enable_chunked_prefill: bool | None = fld(
+        None, doc="split long prefills over scheduler steps; null = backend default"
+    )
+    enable_prefix_caching: bool | None = fld(
+        None, doc="reuse KV blocks of shared prompt prefixes; null = backend default"
+    )
+    max_num_batched_tokens: int | None = fld(
+        None, doc="tokens one engine step may process (prefill budget); null = backend default"
+    )
+    max_model_len: int | None = fld(
+        None, doc="context limit of the engine (prompt + response); null = prompt_length + response_length"
+    )
+    max_num_seqs: int | None = fld(None, doc="sequences generated together; null = backend default")
+    load_format: LoadFormat = fld(
+        "auto", doc="how the engine loads weights: auto|hf|safetensors; dummy (random init) is refused"
+    )
+    ignore_eos: bool = fld(False, doc="keep generating after EOS up to response_length")
+    data_parallel_size: int = fld(1, doc="data-parallel size inside one rollout server; only 1 is built")
+    expert_parallel_size: int = fld(1, doc="expert-parallel size for MoE rollout; only 1 is built")
+    pipeline_model_parallel_size: int = fld(1, doc="pipeline-parallel size of the rollout; only 1 is built")
+    layered_summon: bool = fld(False, doc="LoRA: gather adapter layers one by one for the sync; not built")
+    multi_stage_wake_up: bool = fld(False, doc="SGLang: wake weights and KV cache in stages; not built")
+    enable_rollout_routing_replay: bool = fld(False, doc="MoE: record the rollout's expert routing; not built")
     temperature: float = fld(1.0, doc="sampling temperature; also divides logits when log-probs are recomputed")
     top_k: int = fld(-1, doc="keep the k most likely tokens; -1 (or 0) = off")
     top_p: float = fld(1.0, doc="nucleus sampling mass in (0, 1]; 1 = off")

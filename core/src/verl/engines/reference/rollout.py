@@ -24,6 +24,7 @@ from verl.engines.dtypes import resolve_dtype
 from verl.engines.prompts import check_prompt_batch
 from verl.engines.reference.decode_linears import skinny_linears
 from verl.engines.reference.postprocess import build_rollout_batch, compute_position_ids
+from verl.engines.reference.rollout_options import context_limit, generation_chunks, load_kwargs
 from verl.engines.reference.rollout_weights import RolloutWeights, StaleWeightsError, UnknownWeightError, check_tags
 from verl.engines.reference.sampling import SamplingParams, resolve_sampling_params, select_next_tokens
 
@@ -57,8 +58,10 @@ class HFRolloutEngine:
         config: rollout config section (verl names, read with ``getattr`` and defaults): ``temperature`` (1.0),
             ``top_p`` (1.0), ``top_k`` (-1), ``do_sample`` (True), ``response_length`` (512),
             ``calculate_log_probs`` (False), ``val_kwargs`` (greedy), ``dtype`` ("auto": float32 on CPU,
-            bfloat16 on accelerators), ``max_num_seqs`` (rows decoded together, 1024), ``seed`` (0),
-            ``tensor_model_parallel_size`` (1), ``engine_kwargs["hf"]`` (:class:`HFRolloutOptions`).
+            bfloat16 on accelerators), ``seed`` (0), ``tensor_model_parallel_size`` (1), the engine keys
+            ``max_num_seqs`` (rows decoded together, 1024), ``max_num_batched_tokens`` (prefill budget),
+            ``max_model_len``, ``load_format``, ``ignore_eos`` (see :mod:`~verl.engines.reference.rollout_options`),
+            ``engine_kwargs["hf"]`` (:class:`HFRolloutOptions`).
         device: torch device for a model loaded from a path; default the live model's device, else the
             resolved platform's device (:func:`verl.platform.current_platform`).
         options: overrides ``config.engine_kwargs["hf"]``.
@@ -112,7 +115,9 @@ class HFRolloutEngine:
                 device = current_platform().torch_device()
             self.device = torch.device(device)
             dtype = resolve_dtype(_cfg(config, "dtype", None), self.device, field="rollout.dtype")
-            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+            self.model = (
+                AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **load_kwargs(config)).to(self.device).eval()
+            )
             self.owns_model = True
             if tokenizer is None:
                 tokenizer = load_tokenizer(path)
@@ -204,8 +209,9 @@ class HFRolloutEngine:
 
         Raises:
             KeyError: ``input_ids`` / ``attention_mask`` missing.
-            ValueError: prompts not left-padded, an empty prompt row, or prompt + response longer than the
-                model's ``max_position_embeddings``.
+            ValueError: prompts not left-padded, an empty prompt row, prompt + response longer than the
+                model's ``max_position_embeddings`` (or ``max_model_len``), or one prompt longer than
+                ``max_num_batched_tokens``.
         """
         from verl.protocol import DataProto
 
@@ -230,20 +236,24 @@ class HFRolloutEngine:
         self.weights.require_current()
 
         row_seeds = batch["sample_seed"].tolist() if "sample_seed" in present and not params.greedy else None
-        chunk = max(1, int(_cfg(self.config, "max_num_seqs", 1024)))
+        chunks = generation_chunks(
+            attention_mask,
+            getattr(self.config, "max_num_seqs", None),
+            getattr(self.config, "max_num_batched_tokens", None),
+        )
         was_training = self.model.training
         self.model.eval()
         try:
             with skinny_linears(self.model):
                 parts = [
                     self._decode(
-                        input_ids[i : i + chunk].to(self.device),
-                        attention_mask[i : i + chunk].to(self.device),
+                        input_ids[i:j].to(self.device),
+                        attention_mask[i:j].to(self.device),
                         params,
                         resp_len,
-                        None if row_seeds is None else self._row_generators(row_seeds[i : i + chunk]),
+                        None if row_seeds is None else self._row_generators(row_seeds[i:j]),
                     )
-                    for i in range(0, max(input_ids.shape[0], 1), chunk)  # one (empty) chunk for an empty batch
+                    for i, j in chunks
                 ]
         finally:
             self.model.train(was_training)
@@ -264,8 +274,8 @@ class HFRolloutEngine:
         return DataProto.from_dict(tensors=tensors, meta_info={"timing": {"generate_sequences": seconds}})
 
     def _check_prompts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, resp_len: int) -> None:
-        limit = getattr(self.model.config, "max_position_embeddings", None)
-        check_prompt_batch(input_ids, attention_mask, resp_len, limit, "max_position_embeddings")
+        limit, source = context_limit(self.model.config, self.config)
+        check_prompt_batch(input_ids, attention_mask, resp_len, limit, source)
 
     def _row_generators(self, seeds: list[int]) -> list[torch.Generator]:
         return [torch.Generator(device=self.device).manual_seed(int(seed) % (1 << 63)) for seed in seeds]
@@ -300,7 +310,9 @@ class HFRolloutEngine:
         lengths = torch.full((bs,), resp_len, dtype=torch.long, device=self.device)
         if bs == 0:
             return responses, lengths, log_probs
-        eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=self.device)
+        # ignore_eos: no token ends a row, so every row decodes resp_len tokens (vLLM's SamplingParams.ignore_eos).
+        stop_ids = [] if _cfg(self.config, "ignore_eos", False) else self.eos_token_ids
+        eos = torch.tensor(stop_ids, dtype=torch.long, device=self.device)
         mask = attention_mask.long()
         position_ids = compute_position_ids(mask)
         used = mask.bool().any(dim=0)

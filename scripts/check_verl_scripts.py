@@ -1,0 +1,417 @@
+"""Run verl's own example scripts through our config loader and count how many load unchanged.
+
+    python scripts/check_verl_scripts.py                       # the stored verl mirror (git dir)
+    python scripts/check_verl_scripts.py --verl-root ~/src/verl  # a normal checkout
+    python scripts/check_verl_scripts.py --json out.json -v
+
+For each ``examples/**/*.sh`` the script is *run by bash* in a scratch copy of ``examples/``, with
+``python3``/``python``/``uv``/``torchrun`` (and a few commands with side effects: ``ray``, ``pip``, ``hf``,
+``rm``, ...) replaced on ``PATH`` by a recorder that writes its argv to a file and exits. So every shell
+feature the scripts use (``${VAR:-default}``, arrays, ``case``, ``$((...))``, line continuations, quoting,
+``"$@"`` = nothing) is expanded by bash itself, exactly as for a user who runs the script with no
+environment variables set. ``python3 -c ...`` probes fail (``import torch_npu`` -> the GPU branch).
+
+Each recorded ``... -m verl.trainer.main_ppo ARGS`` is split into Hydra flags and ``key=value``
+overrides, and the overrides go through :func:`verl.config.load_config` starting from the schema defaults
+(= ``verl config show --schema-defaults``; verl scripts start from verl's ``ppo_trainer.yaml``):
+
+* ``+key=v`` / ``++key=v``: accepted by our loader as ``key=v`` (the key must exist in the schema);
+* ``~key``: rejected by our loader (no deletion), reported with the loader's reason;
+* ``--config-path``/``--config-name``: ``ppo_trainer`` is our schema; any other config (e.g.
+  ``ppo_megatron_trainer``, a recipe's own YAML with a Hydra ``defaults:`` list) does not load, and the
+  overrides are still checked so their keys show up in the counts;
+* ``hydra.*`` overrides: Hydra's own settings (output dir, ...), dropped with a note; they configure the
+  launcher, not the run;
+* another entry module (SFT trainer, generation, fully-async trainer, ...): the script does not load
+  (``verl train`` runs PPO-family training only), reported with the module name.
+
+Whether a backend *library* is installed here does not count: plugin availability probes are ignored,
+and the plugins of this checkout that are not installed (``plugins/*/src``) are registered from source,
+so ``rollout.name=vllm`` is checked against verl-vllm's options even in a venv without vLLM.
+
+Prints one line per script and ``N of M scripts load unchanged``, then the failing keys by the number of
+scripts they break. Exit status 0 (a measurement, not a gate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import tomllib
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_MIRROR = Path("/work/.mirror/verl-project+verl/repo")
+PPO_MODULE = "verl.trainer.main_ppo"
+# Our schema is verl's ppo_trainer.yaml; any other --config-name is a different config tree.
+OUR_CONFIG_NAMES = ("ppo_trainer", "ppo_trainer.yaml")
+RECORDED = ("python3", "python", "uv", "torchrun", "accelerate", "deepspeed")
+# Commands whose side effects must not happen in a measurement: turned into no-ops.
+SILENCED = ("ray", "pip", "pip3", "hf", "huggingface-cli", "nvidia-smi", "npu-smi", "wget", "curl", "git", "rm")
+SILENCED += ("kill", "pkill", "docker", "sleep", "modelscope", "sudo", "apt", "apt-get", "mpirun", "srun")
+
+_RECORDER = r"""#!/bin/bash
+# Written by check_verl_scripts.py: record this command line (NUL-separated) instead of running it.
+name=$(basename "$0")
+if [ "$name" = python3 ] || [ "$name" = python ]; then
+    [ "$1" = -c ] && exit 1  # a probe (import torch_npu, ...): answer "not here"
+fi
+f=$(mktemp "$VERL_CAPTURE_DIR/cmd.XXXXXXXX")
+{ printf '%s\0' "$name"; for a in "$@"; do printf '%s\0' "$a"; done; } > "$f"
+exit 0
+"""
+
+
+@attrs.frozen
+class Command:
+    """One recorded entry-module invocation of a script."""
+
+    module: str | None  # the ``-m`` module (or the .py file run), None when none was found
+    config_path: str | None
+    config_name: str | None
+    overrides: tuple[str, ...]
+    dropped: tuple[str, ...]  # arguments not passed to the loader, with why
+    argv: tuple[str, ...]
+
+
+@attrs.frozen
+class Result:
+    """What happened to one script: ``loads`` true only when every main_ppo command loads."""
+
+    script: str
+    loads: bool
+    reasons: tuple[str, ...]
+    failing_keys: tuple[str, ...]
+    commands: int
+    inputs: tuple[str, ...] = ()  # variables / arguments the script insists on, set to placeholders
+    next_keys: tuple[str, ...] = ()  # keys failing once the failing overrides are dropped (cross-field rules)
+
+
+# ---------------------------------------------------------------------- capturing commands
+
+
+def capture_commands(
+    script_text: str,
+    workdir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    args: Sequence[str] = (),
+    timeout: float = 30.0,
+) -> tuple[list[list[str]], str]:
+    """Run ``script_text`` with bash in ``workdir`` with the recorder shims; return (argv lists, stderr tail).
+
+    The environment is empty apart from ``PATH`` (shims first), ``HOME`` (a scratch folder), the capture
+    folder and ``env``, so every ``${VAR:-default}`` takes its default. ``args`` are the script's positional
+    arguments. ``ulimit`` is a no-op (raising limits needs privileges a measurement has no use for). Each
+    argv starts with the command name; the tail is empty when bash exited 0.
+    """
+    with tempfile.TemporaryDirectory(prefix="verl-capture-") as tmp:
+        tmp_path = Path(tmp)
+        shims, capture, home = tmp_path / "bin", tmp_path / "capture", tmp_path / "home"
+        for folder in (shims, capture, home):
+            folder.mkdir()
+        for name in RECORDED:
+            shim = shims / name
+            shim.write_text(_RECORDER)
+            shim.chmod(0o755)
+        for name in SILENCED:
+            shim = shims / name
+            shim.write_text("#!/bin/sh\nexit 0\n")
+            shim.chmod(0o755)
+        script, prelude = tmp_path / "script.sh", tmp_path / "prelude.sh"
+        script.write_text(script_text)
+        prelude.write_text("ulimit() { return 0; }\n")
+        full_env = {"PATH": f"{shims}:/usr/bin:/bin", "HOME": str(home), "VERL_CAPTURE_DIR": str(capture)}
+        full_env.update(LANG="C", BASH_ENV=str(prelude), **(env or {}))
+        try:
+            proc = subprocess.run(
+                ["bash", str(script), *args], cwd=workdir, env=full_env, capture_output=True, text=True, timeout=timeout
+            )
+            tail = "" if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"
+        except subprocess.TimeoutExpired:
+            tail = f"timed out after {timeout:.0f}s"
+        records = sorted(capture.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+        argvs = [p.read_bytes().decode("utf-8", "replace").split("\0")[:-1] for p in records]
+    return argvs, tail
+
+
+_UNSET = re.compile(r"line \d+: (\w+): (unbound variable|.+)")
+_USAGE = re.compile(r"Usage: \S+((?: <[^>]+>)+)")
+# Values for variables a script insists on, where a path-like placeholder would pick no branch.
+KNOWN_VALUES = {"INFER_BACKEND": "vllm", "ROLLOUT_NAME": "vllm", "ENGINE": "vllm", "ROLLOUT_ENGINE": "vllm"}
+
+
+def capture_with_inputs(
+    script_text: str, workdir: Path, *, attempts: int = 6
+) -> tuple[list[list[str]], str, dict[str, str], list[str]]:
+    """:func:`capture_commands`, retried with the inputs a script demands: a variable it requires
+    (``set -u``'s "unbound variable", ``${VAR:?message}``) is set to a placeholder (or the value in
+    :data:`KNOWN_VALUES`), and a ``Usage: script <a> <b>`` exit gets that many positional placeholders.
+
+    Returns (argv lists, stderr tail of the last attempt, the variables set, the arguments given).
+    """
+    env: dict[str, str] = {}
+    args: list[str] = []
+    for _ in range(attempts):
+        argvs, tail = capture_commands(script_text, workdir, env=env, args=args)
+        if argvs or not tail:
+            break
+        unset, usage = _UNSET.findall(tail), _USAGE.search(tail)
+        # ``set -u`` says "unbound variable", ``${VAR:?msg}`` says msg; an upper-case name rules out builtins (cd:).
+        unset = [(n, m) for n, m in unset if m == "unbound variable" or n.isupper()]
+        if unset and unset[-1][0] not in env:
+            name = unset[-1][0]
+            env[name] = KNOWN_VALUES.get(name, f"/placeholder/{name.lower()}")
+        elif usage and not args:
+            args = [f"/placeholder/arg{i}" for i in range(usage.group(1).count("<"))]
+        else:
+            break
+    return argvs, tail, env, args
+
+
+def parse_command(argv: Sequence[str]) -> Command:
+    """Split a recorded argv (``python3 -m verl.trainer.main_ppo --config-name=x a.b=1 +c=2 ...``).
+
+    ``uv run ... python3 -m M``, ``torchrun ... -m M`` and ``python3 file.py`` are understood. After the
+    module: ``--config-path``/``--config-name`` (``-cp``/``-cn``, ``=`` or separate value) are taken as
+    Hydra flags, ``hydra.*`` overrides are dropped, everything with ``=`` (or ``~key``) is an override.
+    """
+    module: str | None = None
+    start = len(argv)
+    for i, arg in enumerate(argv):
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1].startswith(("verl", "recipe")):
+            module, start = argv[i + 1], i + 2
+            break
+        if arg.endswith(".py") and i > 0:
+            module, start = arg, i + 1
+            break
+    config_path = config_name = None
+    overrides: list[str] = []
+    dropped: list[str] = []
+    args = list(argv[start:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag, eq, value = arg.partition("=")
+        if flag in ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd"):
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) else ""
+                i += 1
+            if flag in ("--config-path", "-cp"):
+                config_path = value
+            elif flag in ("--config-name", "-cn"):
+                config_name = value
+            else:
+                dropped.append(f"{arg} (Hydra search path)")
+        elif arg.lstrip("+~").startswith("hydra."):
+            dropped.append(f"{arg} (Hydra's own setting)")
+        elif "=" in arg or arg.startswith("~"):
+            overrides.append(arg)
+        elif arg:
+            dropped.append(f"{arg} (not a key=value override)")
+        i += 1
+    return Command(module, config_path, config_name, tuple(overrides), tuple(dropped), tuple(argv))
+
+
+# ---------------------------------------------------------------------- checking overrides
+
+
+class _AnyAvailable:
+    """A plugin manager view whose specs report themselves available (installs do not count here)."""
+
+    def __init__(self, manager: Any) -> None:
+        self._manager = manager
+
+    def get(self, kind: str, name: str) -> Any:
+        spec = self._manager.get(kind, name)
+        return attrs.evolve(spec, available=None) if attrs.has(type(spec)) and hasattr(spec, "available") else spec
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._manager, name)
+
+
+def plugin_manager(repo: Path = REPO) -> Any:
+    """The process plugin manager plus this checkout's plugins that are not installed (from ``src``)."""
+    from verl.plugins import get_plugin_manager
+
+    manager = get_plugin_manager()
+    for pyproject in sorted(repo.glob("plugins/*/pyproject.toml")):
+        meta = tomllib.loads(pyproject.read_text())
+        dist = meta.get("project", {}).get("name")
+        entries = meta.get("project", {}).get("entry-points", {}).get("verl.plugins", {})
+        try:
+            importlib.metadata.distribution(dist)
+            continue  # installed: already loaded through its entry point
+        except importlib.metadata.PackageNotFoundError:
+            pass
+        sys.path.insert(0, str(pyproject.parent / "src"))
+        for name, target in entries.items():
+            manager.register(importlib.import_module(target), name=name, dist_name=dist)
+    return _AnyAvailable(manager)
+
+
+def check_overrides(overrides: Iterable[str], manager: Any) -> list[tuple[str, str]]:
+    """``(key, message)`` for every problem our loader finds with these overrides; [] = it loads.
+
+    Each override is parsed on its own first, so one unparsable override (``~key``) does not hide the
+    problems of the others.
+    """
+    from verl.config import ConfigError, load_config
+    from verl.config.overrides import parse_override
+
+    problems: list[tuple[str, str]] = []
+    good: list[str] = []
+    for text in overrides:
+        try:
+            parse_override(text)
+            good.append(text)
+        except ConfigError as exc:
+            problems += [(issue.key, issue.message) for issue in exc.issues]
+    try:
+        load_config(None, good, plugin_manager=manager, on_warning=lambda _message: None)
+    except ConfigError as exc:
+        problems += [(issue.key, issue.message) for issue in exc.issues]
+    return problems
+
+
+_INDEX = re.compile(r"\[\d+\]")
+
+
+def check_script(name: str, text: str, workdir: Path, manager: Any) -> Result:
+    """Capture the commands of one script and check every main_ppo command's overrides."""
+    argvs, tail, env, args = capture_with_inputs(text, workdir)
+    commands = [parse_command(argv) for argv in argvs]
+    ppo = [c for c in commands if c.module == PPO_MODULE]
+    reasons: list[str] = []
+    keys: list[str] = []
+    next_keys: list[str] = []
+    notes = [f"needs {k}={v}" for k, v in env.items()] + ([f"needs {len(args)} arguments"] if args else [])
+    if not ppo:
+        others = sorted({c.module or shlex.join(c.argv[:3]) for c in commands})
+        reasons.append(f"runs {', '.join(others)}, not {PPO_MODULE}" if others else "runs no python command")
+        if tail:
+            reasons.append(f"bash: {tail}")
+        return Result(name, False, tuple(reasons + notes), (), 0, tuple(notes))
+    for command in ppo:
+        if command.config_name and Path(command.config_name).stem not in ("ppo_trainer",):
+            reasons.append(f"--config-name={command.config_name}: only verl's ppo_trainer config is our schema")
+            keys.append(f"--config-name={Path(command.config_name).stem}")
+        elif command.config_path and command.config_name is None:
+            reasons.append(f"--config-path={command.config_path}: a Hydra search path of the script's own configs")
+            keys.append("--config-path")
+        problems = check_overrides(command.overrides, manager)
+        for key, message in problems:
+            key = _INDEX.sub("", key)
+            reasons.append(f"{key}: {message}")
+            keys.append(key)
+        # An unknown key or a wrong type stops the loader before the cross-field rules: drop the overrides that
+        # failed and look again, so the report also shows what would fail next.
+        failed = {_INDEX.sub("", k) for k, _ in problems}
+        rest = [o for o in command.overrides if not any(f"{_override_key(o)}.".startswith(f"{k}.") for k in failed)]
+        if problems and len(rest) < len(command.overrides):
+            for key, message in check_overrides(rest, manager):
+                next_keys.append(_INDEX.sub("", key))
+                reasons.append(f"(next) {key}: {message}")
+    return Result(
+        name,
+        not reasons,
+        tuple(dict.fromkeys(reasons)),
+        tuple(dict.fromkeys(keys)),
+        len(ppo),
+        tuple(notes),
+        tuple(dict.fromkeys(next_keys)),
+    )
+
+
+def _override_key(text: str) -> str:
+    return text.strip().lstrip("+~").partition("=")[0].strip()
+
+
+# ---------------------------------------------------------------------- sources of scripts
+
+
+def scripts_from_git(git_dir: Path, workdir: Path) -> list[tuple[str, str]]:
+    """``examples/**/*.sh`` of ``HEAD`` of a bare git dir; ``examples/`` is unpacked into ``workdir``."""
+    out = subprocess.run(
+        ["git", "-C", str(git_dir), "archive", "--format=tar", "HEAD", "examples"], capture_output=True, check=True
+    ).stdout
+    with tempfile.TemporaryFile() as tar_file:
+        tar_file.write(out)
+        tar_file.seek(0)
+        with tarfile.open(fileobj=tar_file) as tar:
+            tar.extractall(workdir, filter="data")
+    return scripts_from_tree(workdir)
+
+
+def scripts_from_tree(root: Path) -> list[tuple[str, str]]:
+    """``examples/**/*.sh`` under a checkout ``root``, as (relative path, text), sorted."""
+    return [
+        (str(p.relative_to(root)), p.read_text(encoding="utf-8", errors="replace"))
+        for p in sorted((root / "examples").rglob("*.sh"))
+    ]
+
+
+def verl_commit(args: argparse.Namespace) -> str:
+    git = ["git", "-C", str(args.verl_root or args.mirror), "log", "-1", "--format=%h %cs"]
+    proc = subprocess.run(git, capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--verl-root", type=Path, help="a verl checkout (with a work tree)")
+    parser.add_argument("--mirror", type=Path, default=DEFAULT_MIRROR, help="a verl git dir (default: %(default)s)")
+    parser.add_argument("--json", type=Path, help="also write the per-script results here")
+    parser.add_argument("--top", type=int, default=30, help="failing keys to list (default: %(default)s)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every reason of each failing script")
+    args = parser.parse_args(argv)
+    manager = plugin_manager()
+    with tempfile.TemporaryDirectory(prefix="verl-examples-") as tmp:
+        workdir = Path(tmp)
+        if args.verl_root is not None:
+            # A scratch copy: scripts may mkdir or write logs relative to the checkout.
+            subprocess.run(["cp", "-r", str(args.verl_root / "examples"), str(workdir)], check=True)
+            scripts = scripts_from_tree(workdir)
+        else:
+            scripts = scripts_from_git(args.mirror, workdir)
+        results = [check_script(name, text, workdir, manager) for name, text in scripts]
+    counts: collections.Counter[str] = collections.Counter(k for r in results for k in r.failing_keys)
+    for r in results:
+        status = "loads" if r.loads else "FAILS"
+        print(f"{status:5}  {r.script}" + ("" if r.loads else f"  [{'; '.join(r.failing_keys) or r.reasons[0]}]"))
+        if args.verbose and not r.loads:
+            for reason in r.reasons:
+                print(f"         - {reason}")
+    ppo = sum(1 for r in results if r.commands)
+    loaded = sum(r.loads for r in results)
+    print(f"\nverl {verl_commit(args)}: {loaded} of {len(results)} scripts load unchanged ({ppo} run {PPO_MODULE})")
+    print("\nfailing keys (scripts broken by each):")
+    for key, n in counts.most_common(args.top):
+        print(f"  {n:4}  {key}")
+    behind: collections.Counter[str] = collections.Counter(k for r in results for k in r.next_keys)
+    if behind:
+        print("\nfailing next, once the failing overrides are dropped (scripts):")
+        for key, n in behind.most_common(args.top):
+            print(f"  {n:4}  {key}")
+    if args.json:
+        args.json.write_text(json.dumps([attrs.asdict(r) for r in results], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    raise SystemExit(main())
