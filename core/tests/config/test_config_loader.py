@@ -83,7 +83,7 @@ def test_all_problems_are_reported_at_once() -> None:
         ("data.shuffle=1", "data.shuffle", "expected bool", "1 (int)"),
         ("actor_rollout_ref.actor.optim.lr=fast", "actor_rollout_ref.actor.optim.lr", "expected float", "'fast'"),
         ("trainer.project_name=[a,b]", "trainer.project_name", "expected str", "['a', 'b'] (list)"),
-        ("trainer.logger=[console,wandb]", "trainer.logger[1]", "one of 'console', 'tensorboard', 'file'", "'wandb'"),
+        ("trainer.logger=[console,wandbb]", "trainer.logger[1]", "one of 'console', 'tensorboard', 'file'", "'wandbb'"),
         ("data.truncation=both", "data.truncation", "one of 'error', 'left', 'right', 'middle'", "'both'"),
         ("actor_rollout_ref.rollout=5", "actor_rollout_ref.rollout", "expected mapping", "5 (int)"),
         ("actor_rollout_ref.model.override_config=3", "actor_rollout_ref.model.override_config", "mapping", "3"),

@@ -86,6 +86,7 @@ class PPOTrainer(StepStages, ValidationLoop):
     def init(self) -> None:
         """Build datasets, the worker group (engines), reward, KL control, checkpoints, loggers."""
         from verl.algorithms import get_kl_controller
+        from verl.config.dump import to_dict
         from verl.data.dataset import RLHFDataset
         from verl.data.sampler import create_dataloader
         from verl.models import load_tokenizer, resolve_model_path
@@ -144,6 +145,7 @@ class PPOTrainer(StepStages, ValidationLoop):
             experiment_name=cfg.trainer.experiment_name,
             backends=list(cfg.trainer.logger),
             run_dir=self.run_dir,
+            config_dict=to_dict(cfg),  # wandb config, mlflow params, ... (verl passes the resolved config)
             total_steps=self.total_training_steps,
         )
         self.val_generations = ValidationGenerationsLogger(self.tracking, cfg.trainer.log_val_generations)

@@ -1,7 +1,7 @@
 """Experiment tracking: ``Tracking`` fans each step's metrics out to the backends named in ``trainer.logger``.
 
 Follows ``verl/utils/tracking.py`` (``Tracking(project_name, experiment_name, default_backend, config)``,
-``log(data, step)``) with the backends that need no account or network:
+``log(data, step)``, ``finish(exit_code)``). Built in, needing no account or network:
 
 * ``console`` — one concise line per step (step, score, pg_loss, response length, step time, val-core/*),
   under a tqdm progress bar of the total steps when stdout is a terminal;
@@ -12,6 +12,14 @@ Follows ``verl/utils/tracking.py`` (``Tracking(project_name, experiment_name, de
 * ``tensorboard`` — scalars via ``torch.utils.tensorboard.SummaryWriter`` in ``$TENSORBOARD_DIR`` (as verl)
   or ``{run_dir}/tensorboard``; imported only when asked for.
 
+Through their own libraries, each an optional extra of verl-core and imported only when asked for
+(:mod:`verl.trainer.trackers`): ``wandb``, ``mlflow``, ``swanlab``, ``clearml``, with verl's environment
+variables and init arguments. Their files default to the run directory where verl uses the working one.
+
+With ``file``, ``{run_dir}/metrics.png`` shows the score, response-length and KL curves of ``metrics.jsonl``,
+redrawn at most once a minute and at the end of the run (:class:`verl.trainer.trackers.curves.MetricsPlot`;
+needs the ``plot`` extra, matplotlib — without it one info line says so and no PNG is drawn).
+
 Validation samples (``trainer.log_val_generations``) go through :class:`ValidationGenerationsLogger`.
 """
 
@@ -19,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,10 +35,14 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from verl.config.schema.trainer import UNSHIPPED_LOGGERS, unshipped_logger_message
+from verl.trainer.trackers import OPTIONAL_BACKENDS, TrackingBackendError, check_installed, open_backend
+from verl.trainer.trackers.values import scalar as _scalar
+from verl.trainer.trackers.values import to_json_safe
+
 logger = logging.getLogger(__name__)
 
-VALID_BACKENDS = ("console", "file", "tensorboard")
-_VERL_ONLY_BACKENDS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio")
+VALID_BACKENDS = ("console", "file", "tensorboard", *OPTIONAL_BACKENDS)
 METRICS_FILE = "metrics.jsonl"
 GENERATIONS_FILE = "val_generations.jsonl"
 _CONSOLE_KEYS = (
@@ -42,37 +53,6 @@ _CONSOLE_KEYS = (
 )
 
 Sample = tuple[str, str, float]  # (input text, output text, score)
-
-
-class TrackingBackendError(ValueError):
-    """Unknown backend name, or a backend whose package is not installed."""
-
-
-def to_json_safe(value: Any) -> Any:
-    """Plain JSON types: numpy/torch scalars -> python numbers, arrays/tensors -> lists, NaN/inf -> ``None``,
-    mapping keys -> str, anything else -> ``str(value)``."""
-    if value is None or isinstance(value, (bool, str, int)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): to_json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json_safe(v) for v in value]
-    if hasattr(value, "tolist") and hasattr(value, "ndim"):  # numpy / torch, scalar or not
-        return to_json_safe(value.tolist())
-    return str(value)
-
-
-def _scalar(value: Any) -> float | None:
-    """A loggable number, or ``None`` for text, containers and multi-element arrays."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float, np.number)):
-        return float(value)
-    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
-        return _scalar(value.item())
-    return None
 
 
 def _format(value: float) -> str:
@@ -123,7 +103,7 @@ class ConsoleBackend:
             self._emit(f"  input:  {_shorten(inp)}")
             self._emit(f"  output: {_shorten(out)}")
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -205,7 +185,7 @@ class FileBackend:
                 record = {"step": step, "input": str(inp), "output": str(out), "score": to_json_safe(float(score))}
                 fp.write(json.dumps(record, allow_nan=False) + "\n")
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
         if self._fp is not None:
             self._fp.close()
             self._fp = None
@@ -243,7 +223,7 @@ class TensorboardBackend:
         self.writer.add_text("val/generations", "\n".join(rows), global_step=step)
         self.writer.flush()
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
         self.writer.close()
 
 
@@ -252,17 +232,22 @@ class Tracking:
 
     Args:
         project_name / experiment_name: verl ``trainer.project_name`` / ``trainer.experiment_name``.
-        backends: verl ``trainer.logger``: names from ``("console", "file", "tensorboard")`` (a single string
-            is accepted; duplicates are ignored).
-        run_dir: folder of ``metrics.jsonl`` and the default tensorboard folder (created if missing).
-        config_dict: the resolved config, shown as text in tensorboard.
+        backends: verl ``trainer.logger``: names from :data:`VALID_BACKENDS` (``console``, ``file``,
+            ``tensorboard``, ``wandb``, ``mlflow``, ``swanlab``, ``clearml``; a single string is accepted;
+            duplicates are ignored).
+        run_dir: folder of ``metrics.jsonl``, ``metrics.png`` and the default tensorboard / wandb / swanlab
+            folders (created if missing).
+        config_dict: the resolved config (plain dict): text in tensorboard, the run config in wandb and
+            swanlab, params in mlflow, the ``Hyperparameters`` configuration in clearml.
         total_steps: length of the console progress bar (``None``: no total).
         stream: console output (default ``sys.stdout``).
+        plot_interval_s: least seconds between two automatic redraws of ``metrics.png`` (with ``file``).
 
     Raises:
-        TrackingBackendError (a ValueError): an unknown backend (the message lists the valid ones), or
-            tensorboard requested without the package (the message gives the pip command). Checked for all
-            names before any backend opens a file.
+        TrackingBackendError (a ValueError): an unknown backend (the message lists the valid ones), a verl
+            backend not shipped here (with the reason), or a backend whose library is missing (the message
+            gives the pip command of its extra). Checked for all names before any backend opens a file or
+            starts a run.
     """
 
     def __init__(
@@ -274,19 +259,25 @@ class Tracking:
         config_dict: Mapping[str, Any] | None = None,
         total_steps: int | None = None,
         stream: TextIO | None = None,
+        plot_interval_s: float = 60.0,
     ):
+        from verl.trainer.trackers.curves import MetricsPlot
+
         names = [backends] if isinstance(backends, str) else list(backends)
         names = list(dict.fromkeys(names))
         for name in names:
+            if name in UNSHIPPED_LOGGERS:
+                raise TrackingBackendError(f"trainer.logger: {unshipped_logger_message(name)}")
             if name not in VALID_BACKENDS:
-                hint = " (a verl backend this implementation does not ship)" if name in _VERL_ONLY_BACKENDS else ""
                 raise TrackingBackendError(
-                    f"unknown logger backend {name!r} in trainer.logger{hint}; valid: {list(VALID_BACKENDS)}"
+                    f"unknown logger backend {name!r} in trainer.logger; valid: {list(VALID_BACKENDS)}"
                 )
+        check_installed(names)
         self.project_name = project_name
         self.experiment_name = experiment_name
         self.run_dir = Path(run_dir)
         self.backends: dict[str, Any] = {}
+        self.plot: MetricsPlot | None = None
         try:
             for name in names:
                 if name == "console":
@@ -294,16 +285,25 @@ class Tracking:
                     self.backends[name] = ConsoleBackend(experiment_name, total_steps, out)
                 elif name == "file":
                     self.backends[name] = FileBackend(self.run_dir)
-                else:
+                elif name == "tensorboard":
                     self.backends[name] = TensorboardBackend(self.run_dir, config_dict)
+                else:
+                    self.run_dir.mkdir(parents=True, exist_ok=True)
+                    self.backends[name] = open_backend(name, project_name, experiment_name, self.run_dir, config_dict)
         except BaseException:
-            self.close()
+            self.finish(exit_code=1)
             raise
+        if "file" in self.backends:
+            self.plot = MetricsPlot(
+                self.backends["file"].path, f"{project_name}/{experiment_name}", interval_s=plot_interval_s
+            )
 
     def log(self, data: Mapping[str, Any], step: int) -> None:
         """Log one step's ``{metric name: value}`` (numbers, numpy/torch scalars; text is kept by ``file``)."""
         for backend in self.backends.values():
             backend.log(data, step)
+        if self.plot is not None:
+            self.plot.maybe_refresh()
 
     def rewind(self, step: int) -> int:
         """Prepare the logs for a run that starts at ``step`` (resumed from ``global_step_{step}``; 0: fresh).
@@ -321,17 +321,35 @@ class Tracking:
         for backend in self.backends.values():
             backend.log_generations(samples, step)
 
+    def finish(self, exit_code: int = 0) -> None:
+        """Flush and close every backend, then draw ``metrics.png`` a last time (idempotent; verl's name).
+
+        ``exit_code`` != 0 marks the run failed where the backend keeps a state (wandb, mlflow, swanlab,
+        clearml). Every backend is closed even when one fails; the first failure is raised afterwards.
+        """
+        backends, self.backends = self.backends, {}
+        error: BaseException | None = None
+        for name, backend in backends.items():
+            try:
+                backend.close(exit_code)
+            except Exception as exc:  # close the others first: an open wandb run would outlive the process
+                logger.error("closing the %s logger failed: %s", name, exc)
+                error = error or exc
+        plot, self.plot = self.plot, None
+        if plot is not None and (path := plot.refresh()) is not None:
+            logger.info("curves of %s in %s", plot.metrics_path, path)
+        if error is not None:
+            raise error
+
     def close(self) -> None:
-        """Flush and close every backend (idempotent)."""
-        for backend in self.backends.values():
-            backend.close()
-        self.backends = {}
+        """:meth:`finish` with exit code 0."""
+        self.finish(0)
 
     def __enter__(self) -> Tracking:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.finish(0 if exc_type is None else 1)
 
 
 class ValidationGenerationsLogger:

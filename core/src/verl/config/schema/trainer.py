@@ -8,9 +8,35 @@ import attrs
 
 from verl.config.schema._fields import FreeDict, fld, free_dict
 
-Logger = Literal["console", "tensorboard", "file"]
+# verl's trainer.logger names (verl/utils/tracking.py:Tracking.supported_backend, plus its deprecated
+# "tracking"). The shipped ones work as in verl; the rest are rejected by TrainerConfig with the reason.
+Logger = Literal[
+    "console",
+    "tensorboard",
+    "file",
+    "wandb",
+    "mlflow",
+    "swanlab",
+    "clearml",
+    "vemlp_wandb",
+    "trackio",
+    "rl_insight",
+    "tracking",
+]
+UNSHIPPED_LOGGERS: dict[str, str] = {
+    "vemlp_wandb": "Volcengine ML Platform's hosted wandb needs its SDK (volcengine_ml_platform) and Volcengine "
+    "credentials; use wandb",
+    "trackio": "use wandb, mlflow, swanlab, clearml, tensorboard or file",
+    "rl_insight": "rl-insight runtime signals (VERL_RL_INSIGHT_ENABLE); use the other loggers",
+    "tracking": "verl's deprecated alias of wandb; write wandb",
+}
 ResumeMode = Literal["auto", "disable", "resume_path"]
 Controller = Literal["local", "ray"]
+
+
+def unshipped_logger_message(name: str) -> str:
+    """Why the verl logger ``name`` (a key of :data:`UNSHIPPED_LOGGERS`) is refused, and what to use."""
+    return f"{name!r} is a verl logger not shipped here: {UNSHIPPED_LOGGERS[name]}"
 
 
 @attrs.frozen(kw_only=True)
@@ -20,7 +46,7 @@ class TrainerConfig:
     World size = ``nnodes * n_gpus_per_node`` workers (CPU processes on a CPU machine).
 
     Deviations from verl: ``n_gpus_per_node`` 1 (verl 8), ``logger`` ``[console]`` (verl adds
-    wandb, not a dependency here), ``device`` null = auto-detect via platform probes (verl
+    wandb, an optional extra here: ``pip install './core[wandb]'``), ``device`` null = auto-detect via platform probes (verl
     ``cuda``), ``default_local_dir`` null = ``checkpoints/<project_name>/<experiment_name>``
     (verl's interpolation, filled in by load_config). New keys: ``controller`` (``local`` =
     in-process worker group, world size 1; ``ray`` = Ray actors), ``seed`` and
@@ -31,7 +57,10 @@ class TrainerConfig:
     total_training_steps: int | None = fld(None, doc="stop after this many steps; null = epochs x batches")
     project_name: str = fld("verl_examples", doc="project name (run directory and loggers)")
     experiment_name: str = fld("gsm8k", doc="experiment name (run directory and loggers)")
-    logger: tuple[Logger, ...] = fld(("console",), doc="metric sinks: console|tensorboard|file")
+    logger: tuple[Logger, ...] = fld(
+        ("console",),
+        doc="metric sinks: console|file|tensorboard|wandb|mlflow|swanlab|clearml (wandb..clearml: extras)",
+    )
     log_val_generations: int = fld(0, doc="validation samples (prompt, response, score) to log")
     nnodes: int = fld(1, doc="number of nodes")
     n_gpus_per_node: int = fld(1, doc="workers per node (GPUs, or processes on CPU)")
@@ -55,6 +84,13 @@ class TrainerConfig:
         doc="stop the run (after a checkpoint) when this many consecutive optimizer steps were skipped for a "
         "non-finite grad norm (actor/skipped_steps); null = never stop",
     )
+
+    @logger.validator
+    def _check_logger(self, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
+        for name in value:
+            if name in UNSHIPPED_LOGGERS:
+                # (message, attribute): the config converter turns this into an error on trainer.logger.
+                raise ValueError(unshipped_logger_message(name), attribute, value)
 
 
 @attrs.frozen(kw_only=True)
