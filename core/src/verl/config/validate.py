@@ -19,7 +19,9 @@ Errors (all collected, then one :class:`ConfigError`):
 7. trainer: ``resume_path`` needs ``resume_from_path``; ``controller: local`` needs world size 1;
    reward model needs a path; positive timeouts and worker counts; rollout placement, mode and
    tensor-parallel size (:mod:`verl.config.validate_rollout`);
-8. paths: ``data.train_files`` / ``val_files`` given as an empty list or holding a blank entry, and a blank
+8. values of verl keys that are not built (reward managers, optim.total_training_steps, checkpoint contents),
+   refused with the alternative (:mod:`verl.config.validate_support`);
+9. paths: ``data.train_files`` / ``val_files`` given as an empty list or holding a blank entry, and a blank
    ``actor_rollout_ref.model.path`` (found by the config fuzz tests: they used to pass and fail later).
 
 Warnings (returned, and logged by load_config): KL in reward *and* KL loss both on (K22c:
@@ -37,6 +39,7 @@ from verl.config.resolve import resolve_config
 from verl.config.schema import OptimConfig, RootConfig
 from verl.config.validate_batch import ARR, check_batch_sizes, world_size
 from verl.config.validate_rollout import check_rollout
+from verl.config.validate_support import check_support
 
 # verl/trainer/ppo/core_algos.py:kl_penalty; "full" is NotImplementedError there, so it is rejected.
 _KL_BASE = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
@@ -78,6 +81,7 @@ def validate_config(cfg: RootConfig) -> list[str]:
         _check_optim(report, "critic.optim", cfg.critic.optim)
     _check_trainer(cfg, report)
     check_rollout(cfg, report)
+    check_support(cfg, report)
     _check_reward(cfg, report)
     _check_paths(cfg, report)
     report.raise_if_errors()
