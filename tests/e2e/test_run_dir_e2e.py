@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 
 from verl.cli.main import main as verl_main
-from verl.testing.workspace import make_gsm8k_workspace
+from verl.testing.workspace import DIGIT_SHARE_REWARD, make_gsm8k_workspace
+
+# The built-in run config's reward_model.reward_kwargs (method, format_score) reach a custom scorer too.
+REWARD = DIGIT_SHARE_REWARD.replace("extra_info=None)", "extra_info=None, **reward_kwargs)")
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> dict[str, Path]:
-    return make_gsm8k_workspace(tmp_path_factory.mktemp("run_dir_e2e"), train=4, test=2)
+    return make_gsm8k_workspace(tmp_path_factory.mktemp("run_dir_e2e"), train=4, test=2, reward_source=REWARD)
 
 
 def _args(ws: dict[str, Path], run_dir: Path, *extra: str) -> list[str]:
