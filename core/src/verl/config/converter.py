@@ -181,6 +181,35 @@ def _make_attrs_hook_factory(converter: cattrs.Converter):
     return factory
 
 
+_SCALARS = (int, float, str, bool)
+
+
+def _is_scalar_union(tp: Any) -> bool:
+    """``float | str`` (optionally ``| None``): a union of two or more scalar types, e.g. a threshold given
+    as a number or as a ``"lower_upper"`` string."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return False
+    members = [a for a in typing.get_args(tp) if a is not type(None)]
+    return len(members) > 1 and all(a in _SCALARS for a in members)
+
+
+def _make_scalar_union_hook(converter: cattrs.Converter):
+    def hook(value: Any, tp: Any) -> Any:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for member in args:  # in annotation order, each with its strict scalar hook
+            if member is type(None):
+                continue
+            try:
+                return converter.structure(value, member)
+            except ValueTypeError:
+                continue
+        raise ValueTypeError(type_name(tp), value)
+
+    return hook
+
+
 def make_converter() -> cattrs.Converter:
     """A converter that structures plain dicts into frozen config classes, strictly."""
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
@@ -191,6 +220,7 @@ def make_converter() -> cattrs.Converter:
     converter.register_structure_hook_func(_is_literal, _structure_literal)
     converter.register_structure_hook_func(_is_tuple, _make_tuple_hook(converter))
     converter.register_structure_hook_func(_is_dict, _make_dict_hook(converter))
+    converter.register_structure_hook_func(_is_scalar_union, _make_scalar_union_hook(converter))
     converter.register_structure_hook_factory(attrs.has, _make_attrs_hook_factory(converter))
     return converter
 

@@ -37,6 +37,7 @@ from verl.config.dump import to_dict
 from verl.config.errors import IssueCollector
 from verl.config.resolve import resolve_config
 from verl.config.schema import OptimConfig, RootConfig
+from verl.config.validate_algorithm import check_algorithm_keys
 from verl.config.validate_batch import ARR, check_batch_sizes, world_size
 from verl.config.validate_rollout import check_rollout
 from verl.config.validate_support import check_support
@@ -76,6 +77,7 @@ def validate_config(cfg: RootConfig) -> list[str]:
     check_batch_sizes(cfg, report)
     _check_sampling(cfg, report)
     _check_algorithm(cfg, report)
+    check_algorithm_keys(cfg, report)
     _check_optim(report, f"{ARR}.actor.optim", cfg.actor_rollout_ref.actor.optim)
     if cfg.critic.enable:
         _check_optim(report, "critic.optim", cfg.critic.optim)

@@ -14,15 +14,45 @@ LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean
 
 
 @attrs.frozen(kw_only=True)
-class PolicyLossConfig:
-    """Which policy loss to use and the knobs of the clip-cov / kl-cov variants (verl ``policy_loss``)."""
+class PolicyLossRolloutCorrectionConfig:
+    """``policy_loss.rollout_correction``: read by ``loss_mode=bypass_mode`` only (verl ``RolloutCorrectionConfig``).
 
-    loss_mode: str = fld("vanilla", doc="registered policy loss: vanilla|gspo|sapo|gpg|clip_cov|kl_cov|...")
+    Defaults are those of verl's dataclass, which is what verl's actor gets (no YAML sets them).
+    Rejection sampling (``rollout_rs``, ``rollout_rs_threshold``) is not implemented: validation
+    rejects non-null values.
+    """
+
+    loss_type: Literal["ppo_clip", "reinforce"] = fld(
+        "ppo_clip", doc="ppo_clip: PPO clip with r = pi/pi_rollout, no extra weights; reinforce: -w * A * log pi"
+    )
+    rollout_is: Literal["token", "sequence"] | None = fld(
+        "sequence", doc="importance weight w = pi/pi_rollout per token or per sequence; null = none"
+    )
+    rollout_is_threshold: float | str = fld(
+        2.0, doc="w truncated at this upper bound (TIS), or 'lower_upper' zeroes w outside [lower, upper] (IcePop)"
+    )
+    rollout_is_batch_normalize: bool = fld(False, doc="rescale w to mean 1 over each micro-batch")
+    rollout_rs: str | None = fld(None, doc="rejection sampling mode; not implemented, must be null")
+    rollout_rs_threshold: float | str | None = fld(None, doc="rejection sampling threshold; must be null")
+
+
+@attrs.frozen(kw_only=True)
+class PolicyLossConfig:
+    """Which policy loss to use and the knobs of the clip-cov / kl-cov / dro / bypass variants (verl ``policy_loss``)."""
+
+    loss_mode: str = fld(
+        "vanilla",
+        doc="registered policy loss: vanilla|dppo_tv|dppo_kl|gspo|sapo|gpg|clip_cov|kl_cov|geo_mean|dro|cispo|bypass_mode",
+    )
     clip_cov_ratio: float = fld(0.0002, doc="clip_cov: fraction of tokens whose gradient is dropped")
     clip_cov_lb: float = fld(1.0, doc="clip_cov: lower bound of the covariance window")
     clip_cov_ub: float = fld(5.0, doc="clip_cov: upper bound of the covariance window")
     kl_cov_ratio: float = fld(0.0002, doc="kl_cov: fraction of tokens that get the KL penalty")
     ppo_kl_coef: float = fld(0.1, doc="kl_cov: coefficient of the |logp - logp_old| penalty")
+    dro_beta: float | None = fld(None, doc="dro: coefficient of the 0.5 * (logp - logp_old)^2 penalty (> 0, required)")
+    rollout_correction: PolicyLossRolloutCorrectionConfig = section(
+        PolicyLossRolloutCorrectionConfig, doc="bypass_mode: loss type and importance weights vs the rollout policy"
+    )
 
 
 @attrs.frozen(kw_only=True)

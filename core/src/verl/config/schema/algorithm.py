@@ -56,3 +56,11 @@ class AlgorithmConfig:
     rollout_correction: RolloutCorrectionConfig = section(
         RolloutCorrectionConfig, doc="where the old policy's log-probs come from (bypass_mode)"
     )
+    gdpo_reward_keys: tuple[str, ...] | None = fld(
+        None,
+        doc="gdpo: keys of compute_score's returned dict holding the reward components, each normalised "
+        "per group (required with adv_estimator=gdpo)",
+    )
+    gdpo_reward_weights: tuple[float, ...] | None = fld(
+        None, doc="gdpo: one weight per gdpo_reward_keys entry for the sum of normalised components; null = all 1"
+    )
