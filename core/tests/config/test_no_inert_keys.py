@@ -46,6 +46,20 @@ VALIDATED_ONLY: dict[str, str] = {
     "actor_rollout_ref.actor.checkpoint.load_contents": _CONTENTS,
     "critic.checkpoint.save_contents": _CONTENTS,
     "critic.checkpoint.load_contents": _CONTENTS,
+    # verl's rollout switches for features not built here: validate_rollout.NOT_BUILT refuses any value but
+    # verl's default, naming what is missing (and the issue that builds it).
+    **{
+        f"actor_rollout_ref.rollout.{name}": "only verl's default is built; config/validate_rollout.py NOT_BUILT "
+        "refuses other values with the reason"
+        for name in (
+            "data_parallel_size",
+            "expert_parallel_size",
+            "pipeline_model_parallel_size",
+            "layered_summon",
+            "multi_stage_wake_up",
+            "enable_rollout_routing_replay",
+        )
+    },
 }
 # Keys whose behaviour lives in a helper under verl/config that the trainer and workers call: checked to be
 # read there (by the same analysis), so deleting that reader still fails.
