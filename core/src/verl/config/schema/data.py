@@ -50,4 +50,6 @@ class DataConfig:
     train_max_samples: int = fld(-1, doc="use at most this many training rows; -1 = all")
     val_max_samples: int = fld(-1, doc="use at most this many validation rows; -1 = all")
     apply_chat_template_kwargs: FreeDict = free_dict(doc="extra kwargs for tokenizer.apply_chat_template")
-    dataloader_num_workers: int = fld(0, doc="DataLoader worker processes; 0 = load in the driver")
+    dataloader_num_workers: int = fld(
+        0, doc="DataLoader worker processes reading rows (resume stays exact); 0 = load in the driver"
+    )

@@ -29,12 +29,19 @@ class OptimConfig:
     lr_scheduler_type: LrScheduler = fld("constant", doc="schedule after warmup: constant|cosine")
     min_lr_ratio: float = fld(0.0, doc="cosine: final lr as a fraction of lr")
     num_cycles: float = fld(0.5, doc="cosine: number of cosine half-waves x2 (0.5 = decay once)")
-    total_training_steps: int = fld(-1, doc="schedule length in steps; -1 = injected by the trainer")
+    total_training_steps: int = fld(
+        -1, doc="schedule length in steps, set by the trainer (as verl's); other values are refused, use trainer.*"
+    )
 
 
 @attrs.frozen(kw_only=True)
 class CheckpointConfig:
-    """What a training checkpoint holds (verl ``checkpoint``)."""
+    """What a training checkpoint holds (verl ``checkpoint``).
+
+    Deviation from verl: only the default, model + optimizer + extra (LR scheduler and counters), is built, which
+    exact resume needs; any other selection is refused at load time, and HF weights (``hf_model``) come from
+    ``verl export`` of a checkpoint folder.
+    """
 
     save_contents: tuple[CheckpointContent, ...] = fld(
         ("model", "optimizer", "extra"), doc="parts written per checkpoint: model|optimizer|extra|hf_model"

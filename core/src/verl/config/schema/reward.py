@@ -31,6 +31,10 @@ class RewardModelConfig:
     (``zero``) or stops training (``fail``). ``isolation``/``memory_limit_mb`` decide where scorers
     run: ``auto`` runs ``custom_reward_function.path`` code in worker processes (killed on timeout,
     replaced on crash, address space limited) and the built-in rule scorers on threads (docs/reliability.md).
+
+    ``reward_kwargs`` (verl: the reward manager's constructor kwargs): the keys the chosen manager takes
+    (``dapo``: ``max_resp_len``, ``overlong_buffer_cfg``) go to it; the rest is our extension, keywords for
+    every scorer call, also a ``custom_reward_function`` (whose own ``reward_kwargs`` win on a shared key).
     """
 
     enable: bool = fld(False, doc="score with a learned reward model in addition to rule scorers")
@@ -41,8 +45,15 @@ class RewardModelConfig:
         "manager returns rm_scores when present); sum = rule score + model score",
     )
     micro_batch_size_per_gpu: int | None = fld(None, doc="reward-model forward batch per GPU (sequences)")
-    reward_manager: str = fld("naive", doc="reward manager name: naive|batch|dapo|...")
-    reward_kwargs: FreeDict = free_dict(doc="extra kwargs passed to every scorer, e.g. {method: flexible}")
+    reward_manager: str = fld(
+        "naive",
+        doc="reward manager: naive|dapo (dapo adds verl's soft overlong penalty); verl's batch and prime are "
+        "refused with the alternative",
+    )
+    reward_kwargs: FreeDict = free_dict(
+        doc="the manager's kwargs as in verl (dapo: max_resp_len, overlong_buffer_cfg {enable, len, "
+        "penalty_factor, log}); other keys go to the scorer, built-in ({method: flexible}) or custom"
+    )
     timeout_s: float | None = fld(30.0, doc="per-sample scorer time limit in seconds; null = none")
     on_error: OnError = fld("zero", doc="scorer exception or timeout: zero = reward 0 and log; fail = raise")
     num_workers: int = fld(8, doc="parallel scorer workers (processes or threads, see isolation)")

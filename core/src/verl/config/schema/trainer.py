@@ -72,7 +72,9 @@ class TrainerConfig:
     critic_warmup: int = fld(0, doc="steps that train only the critic")
     default_local_dir: str | None = fld(None, doc="checkpoint root; null = checkpoints/<project>/<experiment>")
     max_actor_ckpt_to_keep: int | None = fld(None, doc="keep at most N actor checkpoints; null = all")
-    max_critic_ckpt_to_keep: int | None = fld(None, doc="keep at most N critic checkpoints; null = all")
+    max_critic_ckpt_to_keep: int | None = fld(
+        None, doc="keep the critic part in at most the newest N checkpoints; null = all"
+    )
     device: str | None = fld(None, doc="platform name (cpu|cuda|npu|...); null = auto-detect")
     controller: Controller = fld("local", doc="local: in-process workers (world size 1); ray: Ray actors")
     seed: int = fld(42, doc="global seed of torch/numpy/random in every worker")
