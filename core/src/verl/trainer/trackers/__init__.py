@@ -3,7 +3,7 @@
 One module per backend, each following the matching adapter in verl's ``verl/utils/tracking.py`` (same
 ``trainer.logger`` name, same environment variables, same init arguments). A backend's library is imported
 only when that backend is asked for; each is an optional extra of verl-core
-(``pip install './core[wandb]'`` from a checkout, ``pip install 'verl-core[wandb]'`` from an index).
+(``pip install './core[wandb]'`` from the verl checkout; verl-core is on no package index).
 
 Every backend has the interface :class:`verl.trainer.tracking.Tracking` drives: ``log(data, step)``,
 ``log_generations(samples, step)`` and ``close(exit_code=0)``.
@@ -41,7 +41,7 @@ OPTIONAL_BACKENDS: dict[str, OptionalBackend] = {
 
 def install_hint(extra: str) -> str:
     """The pip command that installs a verl-core extra, for error messages."""
-    return f"pip install './core[{extra}]' (from a checkout; from an index: pip install 'verl-core[{extra}]')"
+    return f"pip install './core[{extra}]' (from the verl checkout; verl-core is on no package index)"
 
 
 def _installed(module: str) -> bool:
