@@ -159,8 +159,9 @@ def workspace(tmp_path_factory) -> dict[str, Path]:
         (src / f"{split}.jsonl").write_text("".join(rows))
     files = prepare_gsm8k(root / "data", source_dir=src)
     reward = root / "reward.py"
+    # **kwargs: the example config's reward_model.reward_kwargs (method, format_score) reach a custom scorer too.
     reward.write_text(
-        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
         "    return sum(c.isdigit() for c in solution_str) / max(1, len(solution_str))\n"
     )
     return {"root": root, "model": save_tiny_model(root / "tiny"), "reward": reward, **files}
@@ -227,7 +228,7 @@ def test_verl_train_reward_fail_policy_exits_1_naming_the_sample(workspace, caps
 
     reward = workspace["root"] / "broken_reward.py"
     reward.write_text(
-        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
         "    raise ZeroDivisionError('scorer bug')\n"
     )
     run_dir = workspace["root"] / "run_fail"
