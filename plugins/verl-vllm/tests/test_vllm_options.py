@@ -93,7 +93,8 @@ def test_missing_vllm_names_the_extra(monkeypatch, device, extra):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
     with pytest.raises(VLLMNotInstalledError) as info:
         import_vllm(device)
-    assert f"pip install 'verl-vllm{extra}'" in str(info.value)
+    # The packages are on no index: the hint installs the plugin folder of the checkout, with the extra.
+    assert f"pip install './plugins/verl-vllm{extra}'" in str(info.value)
     assert isinstance(info.value, ImportError)
 
 
@@ -104,10 +105,10 @@ def test_missing_vllm_from_the_engine_and_the_factory(monkeypatch, tmp_path):
     from verl_vllm.engine import VLLMRolloutEngine
 
     monkeypatch.setitem(sys.modules, "vllm", None)
-    with pytest.raises(VLLMNotInstalledError, match=r"pip install 'verl-vllm\[cpu\]'"):
+    with pytest.raises(VLLMNotInstalledError, match=r"pip install '\./plugins/verl-vllm\[cpu\]'"):
         VLLMRolloutEngine(tmp_path, None, SimpleNamespace(), device="cpu")
     config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace()))
-    with pytest.raises(VLLMNotInstalledError, match=r"pip install 'verl-vllm\[cuda\]'"):
+    with pytest.raises(VLLMNotInstalledError, match=r"pip install '\./plugins/verl-vllm\[cuda\]'"):
         build_vllm_rollout_engine(config, model=tmp_path, device="cuda:0")
     # The device is checked before the install.
     with pytest.raises(UnsupportedDeviceError):
