@@ -37,7 +37,7 @@ def build_report() -> dict[str, Any]:
     from verl.plugins import ENTRY_POINT_GROUP, KINDS, PLUGIN_API_VERSION, PluginError, get_plugin_manager
 
     pm = get_plugin_manager()
-    claims = {kind: pm.claims(kind) for kind in KINDS}  # collect first: hook failures show up here
+    claims = {kind: pm.distinct_claims(kind) for kind in KINDS}  # collect first: hook failures show up here
     conflicts = {kind: pm.conflicts(kind) for kind in KINDS}
 
     answers = {} if conflicts["platform"] else {a.name: a for a in probe_platforms(pm)}

@@ -274,10 +274,32 @@ class PluginManager:
             out.extend(Claim(spec=spec, plugin=info) for spec in specs)
         return out
 
-    def conflicts(self, kind: str) -> dict[str, tuple[PluginInfo, ...]]:
-        """``{name: (every plugin claiming it, ...)}`` for names of ``kind`` claimed more than once."""
-        by_name: dict[str, list[PluginInfo]] = {}
+    def distinct_claims(self, kind: str) -> list[Claim]:
+        """:meth:`claims` with each provision counted once; never raises for conflicts.
+
+        Two claims of one name are one provision when their spec records are equal (same function or
+        factory) and they come from the same plugin, or one of them from core's built-in plugin: the
+        built-in relays the ``register_adv_est`` / ``register_policy_loss`` registries, so a plugin that
+        decorates a function *and* returns it as a spec would otherwise claim its name against core.
+        The plugin's claim is kept (it is the provider ``verl plugins`` names), at the first one's place.
+
+        Raises:
+            ValueError: ``kind`` is not one of :data:`verl.plugins.KINDS`.
+        """
+        out: list[Claim] = []
         for claim in self.claims(kind):
+            twin = next((i for i, kept in enumerate(out) if _same_provision(kept, claim)), None)
+            if twin is None:
+                out.append(claim)
+            elif out[twin].plugin.module == BUILTIN_MODULE:
+                out[twin] = claim
+        return out
+
+    def conflicts(self, kind: str) -> dict[str, tuple[PluginInfo, ...]]:
+        """``{name: (every plugin claiming it, ...)}`` for names of ``kind`` claimed by more than one provision
+        (see :meth:`distinct_claims`: the same function from the same plugin, or relayed by core, is one)."""
+        by_name: dict[str, list[PluginInfo]] = {}
+        for claim in self.distinct_claims(kind):
             by_name.setdefault(claim.spec.name, []).append(claim.plugin)
         return {name: tuple(infos) for name, infos in by_name.items() if len(infos) > 1}
 
@@ -295,7 +317,7 @@ class PluginManager:
                 kind=kind,
                 conflicts=conflicts,
             )
-        return self.claims(kind)
+        return self.distinct_claims(kind)
 
     def available(self, kind: str) -> dict[str, Spec]:
         """``{name: spec}`` of ``kind``, in load order.
@@ -317,7 +339,7 @@ class PluginManager:
         for kind in KINDS:
             names = tuple(
                 c.spec.name
-                for c in self.claims(kind)
+                for c in self.distinct_claims(kind)
                 if (c.plugin == plugin if isinstance(plugin, PluginInfo) else c.plugin.name == plugin)
             )
             if names:
@@ -381,6 +403,12 @@ class PluginManager:
                 + hint.install()
             )
         return UnknownPluginError("\n".join(lines), kind=kind, name=name, available=names, failures=failures)
+
+
+def _same_provision(a: Claim, b: Claim) -> bool:
+    """Whether ``b`` repeats ``a`` (see :meth:`PluginManager.distinct_claims`)."""
+    same_source = a.plugin == b.plugin or BUILTIN_MODULE in (a.plugin.module, b.plugin.module)
+    return same_source and a.spec == b.spec
 
 
 def _check_kind(kind: str) -> None:
