@@ -184,7 +184,12 @@ def critic_settings(config: Any, *, world_size: int = 1, dtype: str = "float32")
 
 
 def build_hf_rollout_engine(config: Any, *, model: Any, tokenizer: Any, device: Any = "cpu") -> Any:
-    """Build the ``hf`` rollout engine for ``actor_rollout_ref.rollout`` (``model`` may be a live module)."""
+    """Build the ``hf`` rollout engine for ``actor_rollout_ref.rollout`` (``model`` may be a live module).
+
+    A model loaded from a path gets ``actor_rollout_ref.model.{trust_remote_code, override_config}``, as the
+    actor does (verl passes ``model.trust_remote_code`` to its rollout engines too).
+    """
     from verl.engines.reference.rollout import build_hf_rollout
 
-    return build_hf_rollout(config.actor_rollout_ref.rollout, model, tokenizer, device=device)
+    arr = config.actor_rollout_ref
+    return build_hf_rollout(arr.rollout, model, tokenizer, device=device, model_config=arr.model)

@@ -65,6 +65,10 @@ class HFRolloutEngine:
         device: torch device for a model loaded from a path; default the live model's device, else the
             resolved platform's device (:func:`verl.platform.current_platform`).
         options: overrides ``config.engine_kwargs["hf"]``.
+        model_config: the ``actor_rollout_ref.model`` section, for a model loaded from a path: its
+            ``trust_remote_code`` and ``override_config`` are applied as for the actor
+            (:func:`verl.models.hf_config.load_hf_config`), so both generate with one architecture. None (or
+            a live module, which already carries its config) = neither.
 
     Tensor parallelism (``tensor_model_parallel_size = T > 1``, a model path, a torch.distributed world of
     ``W`` ranks, ``T`` dividing ``W``): the loaded model is split over this rank's group of ``T`` consecutive
@@ -73,7 +77,8 @@ class HFRolloutEngine:
 
     Raises:
         ValueError: a TP size that does not divide the world, the heads, key/value heads, vocabulary or MLP
-            width (the message lists valid sizes), or TP with a live module or without a world.
+            width (the message lists valid sizes), or TP with a live module or without a world; an
+            ``override_config`` key the model config lacks.
         TypeError: a live module without a tokenizer.
 
     Sampling is seeded: one ``torch.Generator`` seeded with ``config.seed`` lives as long as the engine,
@@ -88,6 +93,7 @@ class HFRolloutEngine:
         *,
         device: Any = None,
         options: Any = None,
+        model_config: Any = None,
     ) -> None:
         self.config = config
         self.options = options if options is not None else options_from_config(config)
@@ -107,6 +113,7 @@ class HFRolloutEngine:
             from transformers import AutoModelForCausalLM
 
             from verl.models import load_tokenizer, resolve_model_path
+            from verl.models.hf_config import load_hf_config
 
             path = resolve_model_path(os.fspath(model_path_or_model))
             if device is None:
@@ -115,12 +122,20 @@ class HFRolloutEngine:
                 device = current_platform().torch_device()
             self.device = torch.device(device)
             dtype = resolve_dtype(_cfg(config, "dtype", None), self.device, field="rollout.dtype")
+            trust = bool(getattr(model_config, "trust_remote_code", False))
+            hf_config = load_hf_config(
+                path, trust_remote_code=trust, override_config=getattr(model_config, "override_config", None)
+            )
             self.model = (
-                AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **load_kwargs(config)).to(self.device).eval()
+                AutoModelForCausalLM.from_pretrained(
+                    path, config=hf_config, dtype=dtype, trust_remote_code=trust, **load_kwargs(config)
+                )
+                .to(self.device)
+                .eval()
             )
             self.owns_model = True
             if tokenizer is None:
-                tokenizer = load_tokenizer(path)
+                tokenizer = load_tokenizer(path, trust_remote_code=trust)
         self.tokenizer = tokenizer
         self.layout, self.rank = self._tensor_parallel(tp_size)
         self.weights = RolloutWeights(
@@ -422,12 +437,15 @@ def options_from_config(config: Any) -> Any:
     return raw if isinstance(raw, HFRolloutOptions) else HFRolloutOptions(**dict(raw))
 
 
-def build_hf_rollout(config: Any, model_path: Any, tokenizer: Any = None, *, device: Any = None) -> HFRolloutEngine:
+def build_hf_rollout(
+    config: Any, model_path: Any, tokenizer: Any = None, *, device: Any = None, model_config: Any = None
+) -> HFRolloutEngine:
     """Factory for the ``hf`` rollout engine plugin: ``HFRolloutEngine(model_path, tokenizer, config)``.
 
-    ``model_path`` may also be a live model (shared with the trainer); see :class:`HFRolloutEngine`.
+    ``model_path`` may also be a live model (shared with the trainer); ``model_config`` is the
+    ``actor_rollout_ref.model`` section (``trust_remote_code``, ``override_config``); see :class:`HFRolloutEngine`.
     """
-    return HFRolloutEngine(model_path, tokenizer, config, device=device)
+    return HFRolloutEngine(model_path, tokenizer, config, device=device, model_config=model_config)
 
 
 __all__ = ["HFRolloutEngine", "StaleWeightsError", "UnknownWeightError", "build_hf_rollout", "options_from_config"]
