@@ -80,6 +80,7 @@ class PPOTrainer(StepStages, ValidationLoop):
         self.already_finished = False  # set by fit() when a resumed run had no step left
         self.validation_history: list[dict[str, Any]] = []
         self.nonfinite_guard = NonFiniteStepGuard(config.trainer.max_nonfinite_steps)
+        self.set_aside: list[tuple[Path, Path]] = []  # an earlier run's outputs renamed by init()
 
     # ------------------------------------------------------------------ set-up
 
@@ -96,10 +97,13 @@ class PPOTrainer(StepStages, ValidationLoop):
         cfg = self.config
         faults.arm()  # test-only VERL_FAULT_INJECT; a typo fails here, before anything is loaded
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._keep_earlier_run()
         model_path = resolve_model_path(cfg.actor_rollout_ref.model.path)
+        # verl's driver loads the dataset's tokenizer with data.trust_remote_code; the model's own switch also
+        # allows it here, since this tokenizer is the policy's.
         self.tokenizer = load_tokenizer(
             cfg.actor_rollout_ref.model.tokenizer_path or model_path,
-            trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code,
+            trust_remote_code=cfg.data.trust_remote_code or cfg.actor_rollout_ref.model.trust_remote_code,
         )
         self.train_dataset = RLHFDataset(
             list(cfg.data.train_files), self.tokenizer, cfg.data, max_samples=cfg.data.train_max_samples
@@ -149,6 +153,29 @@ class PPOTrainer(StepStages, ValidationLoop):
             total_steps=self.total_training_steps,
         )
         self.val_generations = ValidationGenerationsLogger(self.tracking, cfg.trainer.log_val_generations)
+
+    def _keep_earlier_run(self) -> None:
+        """Rename an earlier run's outputs in ``run_dir`` aside when this run starts from scratch.
+
+        Without it, :meth:`fit` would rewind an earlier ``metrics.jsonl`` to zero rows (and the rest of
+        :func:`verl.trainer.earlier_run.set_aside_earlier_run`'s list would be overwritten). ``verl train``
+        already did this before writing the new ``config.yaml``; then nothing holds data any more and this
+        call moves nothing, so the CLI's run is not moved twice. ``self.set_aside`` holds ``[(old, new)]``.
+
+        Raises:
+            CheckpointResumeError: a bad ``trainer.resume_mode`` / ``resume_from_path``.
+        """
+        from verl.trainer.earlier_run import set_aside_earlier_run
+
+        self.set_aside = set_aside_earlier_run(self.run_dir, self.config)
+        if self.set_aside:
+            logger.warning(
+                "%s holds an earlier run and this one starts from scratch (no checkpoint to resume under %s); "
+                "its outputs were kept, renamed: %s",
+                self.run_dir,
+                self.config.trainer.default_local_dir,
+                ", ".join(f"{old} -> {new}" for old, new in self.set_aside),
+            )
 
     def _build_critic_and_rm(self) -> None:
         """The critic group (``critic.enable``) and the reward-model group (``reward_model.enable``), or None."""
