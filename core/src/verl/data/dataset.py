@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.data.prompt_tokens import encode_prompts_parallel
 from verl.data.rows import PromptFormatError, check_messages, check_reward_model, read_rows
 
 __all__ = [
@@ -96,8 +97,9 @@ class RLHFDataset:
         config: the ``data`` config section (attrs object, mapping or ``SimpleNamespace``). Read:
             ``prompt_key`` ("prompt"), ``max_prompt_length`` (512), ``filter_overlong_prompts`` (False),
             ``truncation`` ("error" | "left" | "right" | "middle"), ``return_raw_chat`` (True),
-            ``apply_chat_template_kwargs`` ({}), ``skip_bad_rows`` (False; not a verl key); other defaults are
-            verl's.
+            ``apply_chat_template_kwargs`` ({}), ``skip_bad_rows`` (False; not a verl key),
+            ``filter_overlong_prompts_workers`` (1: processes that render and tokenise the prompts,
+            :mod:`verl.data.prompt_tokens`; the result does not depend on it); other defaults are verl's.
         max_samples: keep only the first ``max_samples`` rows when > 0 (``data.train_max_samples`` /
             ``data.val_max_samples``; -1 = all).
 
@@ -135,6 +137,7 @@ class RLHFDataset:
         self.apply_chat_template_kwargs: dict[str, Any] = dict(_cfg(config, "apply_chat_template_kwargs", {}))
         self.skip_bad_rows: bool = bool(_cfg(config, "skip_bad_rows", False))
         self.image_key: str = _cfg(config, "image_key", "images")
+        self.workers: int = _cfg(config, "filter_overlong_prompts_workers", 1)
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation={self.truncation!r} is not one of {TRUNCATION_MODES}")
         if self.max_prompt_length <= 0:
@@ -204,17 +207,19 @@ class RLHFDataset:
                 continue
             kept.append((row, file, i))
             messages.append(msgs)
-        texts, ok = [], []
-        for msgs, (_, file, i) in zip(messages, kept, strict=True):
-            try:
-                texts.append(self._render(msgs, file, i))
-                ok.append(True)
-            except ChatTemplateError as exc:
-                self._skip_or_raise(exc)
-                ok.append(False)
+        encoded = encode_prompts_parallel(self.tokenizer, messages, self.apply_chat_template_kwargs, self.workers)
+        ok = []
+        for result, (_, file, i) in zip(encoded, kept, strict=True):
+            ok.append(not isinstance(result, str))
+            if isinstance(result, str):  # the chat template failed on this row
+                self._skip_or_raise(
+                    ChatTemplateError(
+                        f"{file} row {i}: the chat template failed on field {self.prompt_key!r}: {result}"
+                    )
+                )
         kept = [r for r, good in zip(kept, ok, strict=True) if good]
         messages = [m for m, good in zip(messages, ok, strict=True) if good]
-        ids = [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+        ids = [e for e, good in zip(encoded, ok, strict=True) if good]
         return kept, messages, ids
 
     def _skip_or_raise(self, exc: ValueError) -> None:
@@ -262,16 +267,6 @@ class RLHFDataset:
         if pad is None:
             raise ValueError(f"tokenizer {name!r} has neither pad_token_id nor eos_token_id; set tokenizer.pad_token")
         return int(pad)
-
-    def _render(self, msgs: list[dict[str, Any]], file: str, i: int) -> str:
-        try:
-            return self.tokenizer.apply_chat_template(
-                msgs, add_generation_prompt=True, tokenize=False, **self.apply_chat_template_kwargs
-            )
-        except Exception as exc:  # a Jinja error names nothing; wrap it with the row and field
-            raise ChatTemplateError(
-                f"{file} row {i}: the chat template failed on field {self.prompt_key!r}: {exc}"
-            ) from exc
 
     def __len__(self) -> int:
         return len(self._rows)

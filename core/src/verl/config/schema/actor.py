@@ -63,12 +63,25 @@ class ActorConfig:
     ``ppo_mini_batch_size * rollout.n`` sequences split over the world size, then into
     micro-batches of ``ppo_micro_batch_size_per_gpu`` sequences (gradient accumulation).
 
-    Deviations from verl: ``strategy`` defaults to ``reference`` (core's single-process
-    PyTorch engine) instead of ``fsdp``; ``ppo_micro_batch_size_per_gpu`` defaults to 4
-    instead of null, so the defaults validate without extra keys (verl requires it to be set).
+    ``strategy`` null resolves as verl's default where verl's default can run: ``fsdp`` when the world
+    (``trainer.nnodes x trainer.n_gpus_per_node``) is larger than one worker, ``reference`` (core's
+    single-process PyTorch engine) for one worker; a non-``dp`` ``model_engine`` names the engine instead
+    (:mod:`verl.config.resolve`). ``fsdp2`` (verl's name for FSDP2) is accepted as ``fsdp``, which is FSDP2.
+
+    Deviations from verl: ``ppo_micro_batch_size_per_gpu`` defaults to 4 instead of null, so the defaults
+    validate without extra keys (verl requires it to be set). ``grad_clip`` is kept for verl's scripts: verl's
+    engines clip at ``optim.clip_grad`` and read ``grad_clip`` nowhere, so a value other than
+    ``optim.clip_grad`` is refused instead of being ignored.
     """
 
-    strategy: str = fld("reference", doc="training engine plugin name: reference|fsdp|megatron|...")
+    strategy: str | None = fld(
+        None,
+        doc="training engine plugin name: reference|fsdp (verl's fsdp2 = fsdp)|...; null = fsdp when "
+        "nnodes x n_gpus_per_node > 1, else reference",
+    )
+    grad_clip: float | None = fld(
+        None, doc="verl's old name of optim.clip_grad; must equal optim.clip_grad when set (verl ignores it)"
+    )
     ppo_mini_batch_size: int = fld(256, doc="prompts per optimizer step (x rollout.n sequences)")
     ppo_micro_batch_size_per_gpu: int | None = fld(4, doc="sequences per forward/backward per GPU")
     use_dynamic_bsz: bool = fld(False, doc="form micro-batches by token budget instead of a fixed count")
@@ -96,20 +109,38 @@ class ActorConfig:
     data_loader_seed: int = fld(42, doc="seed of the mini-batch shuffle (+ data-parallel rank)")
     tau_pos: float = fld(1.0, doc="sapo: gate temperature for positive advantages")
     tau_neg: float = fld(1.05, doc="sapo: gate temperature for negative advantages")
+    use_torch_compile: bool = fld(
+        True, doc="torch.compile the entropy-from-logits function (verl's default; on cpu it compiles for seconds)"
+    )
+    entropy_from_logits_with_chunking: bool = fld(
+        False, doc="compute the entropy over the vocabulary entropy_from_logits_chunk_size tokens at a time"
+    )
+    entropy_from_logits_chunk_size: int = fld(2048, doc="tokens per chunk of the chunked entropy")
+    entropy_checkpointing: bool = fld(False, doc="recompute the entropy in backward instead of keeping its softmax")
     optim: OptimConfig = section(OptimConfig, doc="optimizer and LR schedule")
     checkpoint: CheckpointConfig = section(CheckpointConfig, doc="checkpoint contents")
     engine_kwargs: BackendKwargs = free_dict(
         doc="per-strategy engine options, e.g. engine_kwargs.fsdp.param_offload; checked by the plugin's options_cls"
     )
 
+    @entropy_from_logits_chunk_size.validator
+    def _check_chunk(self, attribute: attrs.Attribute, value: int) -> None:
+        _positive_chunk(attribute, value)
+
 
 @attrs.frozen(kw_only=True)
 class RefConfig:
     """Reference-policy log-prob pass; runs only when a KL term (loss or reward) is on.
 
-    Null values follow the actor (filled in by load_config), like verl's interpolations.
+    Null values follow the actor (filled in by load_config), like verl's interpolations. ``strategy`` is
+    verl's ``ref.strategy`` (``${actor_rollout_ref.actor.strategy}`` there): the reference policy's training
+    engine, ``fsdp`` or ``reference`` whatever the actor's (a forward-only engine shares nothing with the
+    actor's).
     """
 
+    strategy: str | None = fld(
+        None, doc="training engine of the reference policy: reference|fsdp (fsdp2 = fsdp); null = the actor's"
+    )
     log_prob_micro_batch_size_per_gpu: int | None = fld(
         None, doc="sequences per forward per GPU; null = actor ppo_micro_batch_size_per_gpu"
     )
@@ -117,6 +148,20 @@ class RefConfig:
     log_prob_max_token_len_per_gpu: int | None = fld(
         None, doc="tokens per micro-batch per GPU; null = actor ppo_max_token_len_per_gpu"
     )
+    use_torch_compile: bool | None = fld(None, doc="torch.compile its entropy function; null = the actor's value")
+    entropy_from_logits_with_chunking: bool = fld(False, doc="chunked entropy (only when entropy is asked for)")
+    entropy_from_logits_chunk_size: int = fld(2048, doc="tokens per chunk of the chunked entropy")
+    entropy_checkpointing: bool = fld(False, doc="recompute the entropy in backward (forward-only: no effect)")
     engine_kwargs: BackendKwargs = free_dict(
         doc="the reference engine's options over the actor's, e.g. engine_kwargs.fsdp.param_offload (= fsdp_config)"
     )
+
+    @entropy_from_logits_chunk_size.validator
+    def _check_chunk(self, attribute: attrs.Attribute, value: int) -> None:
+        _positive_chunk(attribute, value)
+
+
+def _positive_chunk(attribute: attrs.Attribute, value: int) -> None:
+    if value < 1:
+        # (message, attribute): the config converter turns this into an error on the key.
+        raise ValueError(f"entropy_from_logits_chunk_size must be a token count >= 1, got {value}", attribute, value)

@@ -39,6 +39,9 @@ class DataConfig:
     shuffle: bool = fld(True, doc="shuffle the training set every epoch")
     seed: int | None = fld(None, doc="seed of the shuffling sampler; null = the sampler's default (1, as in verl)")
     filter_overlong_prompts: bool = fld(False, doc="drop prompts longer than max_prompt_length when loading")
+    filter_overlong_prompts_workers: int = fld(
+        1, doc="processes that render and tokenise the prompts when the dataset is built (1 = in this process)"
+    )
     truncation: Truncation = fld(
         "error", doc="what to do with a prompt longer than max_prompt_length: error|left|right|middle"
     )
@@ -50,6 +53,17 @@ class DataConfig:
     train_max_samples: int = fld(-1, doc="use at most this many training rows; -1 = all")
     val_max_samples: int = fld(-1, doc="use at most this many validation rows; -1 = all")
     apply_chat_template_kwargs: FreeDict = free_dict(doc="extra kwargs for tokenizer.apply_chat_template")
+    trust_remote_code: bool = fld(
+        False,
+        doc="allow tokenizer code from the model repository when the driver loads the tokenizer for the dataset "
+        "(also on with actor_rollout_ref.model.trust_remote_code)",
+    )
     dataloader_num_workers: int = fld(
         0, doc="DataLoader worker processes reading rows (resume stays exact); 0 = load in the driver"
     )
+
+    @filter_overlong_prompts_workers.validator
+    def _check_workers(self, attribute: attrs.Attribute, value: int) -> None:
+        if value < 1:
+            # (message, attribute): the config converter turns this into an error on the key.
+            raise ValueError(f"must be a process count >= 1, got {value}", attribute, value)

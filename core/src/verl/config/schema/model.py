@@ -4,7 +4,27 @@ from __future__ import annotations
 
 import attrs
 
-from verl.config.schema._fields import FreeDict, fld, free_dict
+from verl.config.schema._fields import FreeDict, fld, free_dict, section
+
+
+@attrs.frozen(kw_only=True)
+class FusedKernelOptions:
+    """``model.fused_kernel_options`` (verl ``hf_model.yaml``): how ``use_fused_kernels`` is implemented."""
+
+    impl_backend: str = fld(
+        "torch", doc="torch: chunked PyTorch linear + log-softmax (verl's FusedLinearForPPO); triton is not built"
+    )
+
+    @impl_backend.validator
+    def _check_backend(self, attribute: attrs.Attribute, value: str) -> None:
+        if value != "torch":
+            # (message, attribute): the config converter turns this into an error on the key.
+            raise ValueError(
+                f"impl_backend={value!r}: only 'torch' is built (verl's triton backend is a CUDA kernel, "
+                "verl/utils/kernel/linear_cross_entropy.py); set fused_kernel_options.impl_backend=torch",
+                attribute,
+                value,
+            )
 
 
 @attrs.frozen(kw_only=True)
@@ -23,6 +43,13 @@ class ModelConfig:
     trust_remote_code: bool = fld(False, doc="allow model/tokenizer code from the model repository")
     override_config: FreeDict = free_dict(
         doc="HF model config values set before the weights load (e.g. attention_dropout); unknown keys are refused"
+    )
+    use_fused_kernels: bool = fld(
+        False, doc="actor/ref log-probs and entropy from hidden states in token chunks, never the full logits"
+    )
+    fused_kernel_options: FusedKernelOptions = section(FusedKernelOptions, doc="implementation of use_fused_kernels")
+    enable_activation_offload: bool = fld(
+        False, doc="keep the actor's activations saved for backward in host memory (no effect on cpu)"
     )
 
 

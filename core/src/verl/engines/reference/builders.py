@@ -136,6 +136,8 @@ def role_settings(
             use_remove_padding=arr.model.use_remove_padding,
             trust_remote_code=arr.model.trust_remote_code,
             override_config=dict(arr.model.override_config),
+            enable_activation_offload=arr.model.enable_activation_offload,
+            **_token_stats_settings(arr.model, actor, actor.use_torch_compile),
         )
         return settings, actor.optim
     if role == "ref":
@@ -147,9 +149,25 @@ def role_settings(
             use_remove_padding=arr.model.use_remove_padding,
             trust_remote_code=arr.model.trust_remote_code,
             override_config=dict(arr.model.override_config),
+            # verl: ref.use_torch_compile = ${oc.select:actor_rollout_ref.actor.use_torch_compile,true}
+            **_token_stats_settings(
+                arr.model, ref, actor.use_torch_compile if ref.use_torch_compile is None else ref.use_torch_compile
+            ),
         )
         return settings, None
     raise ValueError(f"{engine} training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
+
+
+def _token_stats_settings(model: Any, role: Any, use_torch_compile: bool) -> dict[str, Any]:
+    """:class:`EngineSettings` fields of the log-prob/entropy computation from ``model.*`` and the role's keys."""
+    return {
+        "use_torch_compile": bool(use_torch_compile),
+        "entropy_from_logits_with_chunking": role.entropy_from_logits_with_chunking,
+        "entropy_from_logits_chunk_size": role.entropy_from_logits_chunk_size,
+        "entropy_checkpointing": role.entropy_checkpointing,
+        "use_fused_kernels": model.use_fused_kernels,
+        "fused_kernels_backend": model.fused_kernel_options.impl_backend,
+    }
 
 
 def critic_settings(config: Any, *, world_size: int = 1, dtype: str = "float32") -> EngineSettings:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -32,9 +31,10 @@ import torch
 from verl.algorithms.loss_agg import compute_global_batch_info
 from verl.engines import attention
 from verl.engines.dtypes import resolve_dtype
-from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budget_plan, trim_padding
+from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budget_plan
 from verl.engines.optim import build_lr_scheduler, build_optimizer
-from verl.engines.packing import pack_batch, packed_forward_kwargs, packed_token_plan
+from verl.engines.packing import packed_token_plan
+from verl.engines.reference.log_probs import LogProbForward
 from verl.engines.reference.offload import HostOffload
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,15 @@ class EngineSettings:
         trust_remote_code: run the model repository's code when loading (``model.trust_remote_code``).
         override_config: HF config values set before the weights load (``model.override_config``,
             :func:`verl.models.hf_config.load_hf_config`); empty changes nothing.
+        use_torch_compile: ``torch.compile`` the entropy function (verl's ``use_torch_compile``; the config
+            default is verl's ``true``, this class's is ``false`` so engines built in code start without a compile).
+        entropy_from_logits_with_chunking / entropy_from_logits_chunk_size: entropy over the vocabulary in row
+            chunks of this many tokens (:mod:`verl.engines.entropy`).
+        entropy_checkpointing: recompute the entropy in backward instead of keeping its softmax.
+        use_fused_kernels: log-probs and entropy from the hidden states without the full logits
+            (``model.use_fused_kernels``, :mod:`verl.engines.fused_linear`); ``fused_kernels_backend`` is
+            ``model.fused_kernel_options.impl_backend`` (only ``torch`` is built).
+        enable_activation_offload: keep the activations saved for backward in host memory (training forwards).
     """
 
     mini_batch_size: int = 8
@@ -82,9 +91,16 @@ class EngineSettings:
     use_remove_padding: bool = False
     trust_remote_code: bool = False
     override_config: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    use_torch_compile: bool = False
+    entropy_from_logits_with_chunking: bool = False
+    entropy_from_logits_chunk_size: int = 2048
+    entropy_checkpointing: bool = False
+    use_fused_kernels: bool = False
+    fused_kernels_backend: str = "torch"
+    enable_activation_offload: bool = False
 
 
-class ReferenceTrainingEngine(HostOffload):
+class ReferenceTrainingEngine(HostOffload, LogProbForward):
     """Trains (or, with ``optim=None``, only evaluates) a causal LM in one process.
 
     Args:
@@ -139,6 +155,7 @@ class ReferenceTrainingEngine(HostOffload):
         self.trainable = optim is not None
         if settings.gradient_checkpointing and self.trainable:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._setup_log_probs()
         # Distributed subclasses shard the module here, before the optimizer sees its parameters.
         self.model = self._wrap_model(self.model)
         self.optimizer = build_optimizer(self.model.parameters(), optim) if self.trainable else None
@@ -171,92 +188,7 @@ class ReferenceTrainingEngine(HostOffload):
         except (OSError, ValueError) as exc:
             raise ValueError(f"cannot load {model!r} as a causal LM (AutoModelForCausalLM): {exc}") from exc
 
-    # ------------------------------------------------------------------ forward
-
-    def forward_micro_batch(
-        self, batch: Any, temperature: float, *, calculate_entropy: bool = False, entropy_grad: bool = True
-    ) -> dict[str, torch.Tensor]:
-        """Response log-probs (and entropy) of one micro-batch, with grad if enabled.
-
-        Args:
-            batch: mapping with ``input_ids``, ``attention_mask``, ``position_ids``
-                ``(bs, prompt_len + resp_len)`` and ``responses`` ``(bs, resp_len)``.
-            temperature: rollout temperature; logits are divided by it (K09). Must be > 0.
-            calculate_entropy: also return ``entropys``.
-            entropy_grad: with False the entropy is computed without an autograd graph (a metric only).
-
-        Returns:
-            ``{"log_probs": (bs, resp_len) float32, "entropys": (bs, resp_len) float32}``;
-            0 wherever the response is padding.
-
-        Raises:
-            ValueError: if ``temperature`` is not a positive finite number.
-        """
-        if not (math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be > 0 to compute log-probs, got {temperature!r}")
-        responses = batch["responses"].to(self.device)
-        bs, resp_len = responses.shape
-        if self._packed:
-            packed = pack_batch(
-                batch["input_ids"].to(self.device),
-                batch["attention_mask"].to(self.device),
-                batch["position_ids"].to(self.device),
-                responses,
-            )
-            if packed is not None:
-                return self._forward_packed(packed, temperature, calculate_entropy, entropy_grad)
-        input_ids, attention_mask, position_ids, _, kept = trim_padding(
-            batch["input_ids"].to(self.device),
-            batch["attention_mask"].to(self.device),
-            batch["position_ids"].to(self.device),
-            resp_len,
-        )
-        pad = torch.zeros(bs, resp_len - kept, dtype=torch.float32, device=self.device)
-        if kept == 0:  # every response in this micro-batch is empty
-            out = {"log_probs": pad}
-            if calculate_entropy:
-                out["entropys"] = pad.clone()
-            return out
-        # The logit at position p scores token p+1, so the response slice starts one column early.
-        # Only those kept + 1 positions go through the LM head: with a 49k vocabulary the head costs
-        # about as much as the rest of a small model, so skipping the prompt positions matters.
-        extra = {"logits_to_keep": kept + 1} if self._logits_to_keep else {}
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, **extra
-        ).logits
-        seq = input_ids.shape[1]
-        logits = logits[:, -kept - 1 : -1, :].float() / temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        log_probs = torch.gather(logp_all, -1, responses[:, :kept].unsqueeze(-1)).squeeze(-1)
-        # Padding slots hold 0 (not the pad token's log-prob) so no consumer can pick them up by mistake.
-        valid = attention_mask[:, seq - kept :].bool()
-        out = {"log_probs": torch.cat([torch.where(valid, log_probs, 0.0), pad], dim=1)}
-        if calculate_entropy:
-            entropy = _entropy(logits, logp_all, entropy_grad)
-            out["entropys"] = torch.cat([torch.where(valid, entropy, 0.0), pad], dim=1)
-        return out
-
-    def _forward_packed(
-        self, packed: Any, temperature: float, calculate_entropy: bool, entropy_grad: bool = True
-    ) -> dict[str, torch.Tensor]:
-        """:meth:`forward_micro_batch` over a :class:`~verl.engines.packing.PackedBatch` (no padding)."""
-        if packed.labels.numel() == 0:
-            zeros = packed.response_mask.new_zeros(packed.response_mask.shape, dtype=torch.float32)
-            return {"log_probs": zeros, **({"entropys": zeros.clone()} if calculate_entropy else {})}
-        kwargs = packed_forward_kwargs(packed)
-        if self._logits_to_keep:
-            # Only the positions that score a response token go through the LM head (a 49k-vocabulary
-            # head costs about as much as the rest of a small model).
-            logits = self.model(**kwargs, logits_to_keep=packed.logit_index).logits[0]
-        else:
-            logits = self.model(**kwargs).logits[0, packed.logit_index]
-        logits = logits.float() / temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        log_probs = torch.gather(logp_all, -1, packed.labels.unsqueeze(-1)).squeeze(-1)
-        out = {"log_probs": packed.unpack(log_probs)}
-        if calculate_entropy:
-            out["entropys"] = packed.unpack(_entropy(logits, logp_all, entropy_grad))
-        return out
+    # ------------------------------------------------------------------ forward (LogProbForward)
 
     @staticmethod
     def _plan(
@@ -494,12 +426,3 @@ class ReferenceTrainingEngine(HostOffload):
             self.model.config.use_cache = False
         if tokenizer is not None:
             tokenizer.save_pretrained(str(path))
-
-
-def _entropy(logits: torch.Tensor, logp_all: torch.Tensor, grad: bool) -> torch.Tensor:
-    """Entropy of ``softmax(logits)`` over the last dim, ``logsumexp(z) - sum(p z)``; no graph unless ``grad``."""
-    if grad:
-        return torch.logsumexp(logits, dim=-1) - (logp_all.exp() * logits).sum(-1)
-    with torch.no_grad():
-        z = logits.detach()
-        return torch.logsumexp(z, dim=-1) - (logp_all.detach().exp() * z).sum(-1)
