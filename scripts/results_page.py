@@ -1,6 +1,6 @@
 """Turn a `verl train` run directory into a results page: score curve PNG, per-step table, learning test.
 
-    pip install matplotlib   # for the PNG
+    pip install './core[plot]'   # matplotlib, for the PNG
     python scripts/results_page.py RUN_DIR OUT_MD [--title TITLE] [--command "verl train ..."] \
         [--compare OTHER_RUN_DIR --compare-label GRPO]
 
@@ -66,15 +66,6 @@ def learning_test(run_dir: Path, steps: list[dict]) -> dict:
     }
 
 
-def smoothed(steps: list[dict], window: int = 3) -> tuple[list[int], list[float]]:
-    """Trailing ``window``-step mean of the training score: ``(steps, values)``."""
-    x = [r["step"] for r in steps]
-    y = [r["critic/score/mean"] for r in steps]
-    if len(y) < window:
-        return x, y
-    return x[window - 1 :], [sum(y[i - window + 1 : i + 1]) / window for i in range(window - 1, len(y))]
-
-
 def plot(
     steps: list[dict],
     vals: list[dict],
@@ -83,29 +74,13 @@ def plot(
     other: list[dict] | None = None,
     other_label: str = "other",
 ) -> None:
-    import matplotlib
+    """The score panel of a run's metrics.png (:func:`verl.trainer.trackers.curves.draw_score`), alone."""
+    from verl.trainer.trackers.curves import draw_score, new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    x = [r["step"] for r in steps]
-    y = [r["critic/score/mean"] for r in steps]
-    ax.plot(x, y, marker="o", label="train score (critic/score/mean)")
-    window = 3
-    if len(y) >= window:
-        ax.plot(*smoothed(steps, window), label=f"train score, {window}-step mean")
-    if other:
-        ax.plot(*smoothed(other, window), linestyle="--", label=f"{other_label}: train score, {window}-step mean")
-    for key in sorted({k for r in vals for k in r if k.startswith("val-core/")}):
-        ax.plot([r["step"] for r in vals if key in r], [r[key] for r in vals if key in r], marker="s", label=key)
-    ax.set_xlabel("step")
-    ax.set_ylabel("score")
+    fig, (ax,) = new_figure(1, figsize=(7, 4))
+    draw_score(ax, [*steps, *vals], other, other_label)
     ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
+    save_figure(fig, out_png)
 
 
 def comparison(run_dir: Path, steps: list[dict], other_dir: Path, other: list[dict], label: str) -> list[str]:

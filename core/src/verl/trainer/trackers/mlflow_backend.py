@@ -48,8 +48,8 @@ def sanitize_metric_key(key: str) -> str:
 
 
 def _param_value(value: Any) -> Any:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
+    text = str(value)  # what MLflow stores
+    return value if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
 
 
 class MlflowBackend:
@@ -94,6 +94,10 @@ class MlflowBackend:
         mlflow.set_tracking_uri(self.tracking_uri)
         run_id = os.environ.get("MLFLOW_RUN_ID")
         if run_id:
+            # Its experiment becomes the active one: MLflow refuses the run while another experiment is
+            # active in this process (an earlier set_experiment, e.g. a previous run of a sweep).
+            existing = mlflow.MlflowClient().get_run(run_id)
+            mlflow.set_experiment(experiment_id=existing.info.experiment_id)
             run = mlflow.start_run(run_id=run_id)
         else:
             # MLflow's "experiment" is verl's project: runs of one project are compared side by side.
