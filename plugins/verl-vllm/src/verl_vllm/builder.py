@@ -9,7 +9,8 @@ def build_vllm_rollout_engine(config: Any, *, model: Any, tokenizer: Any = None,
     """Build the ``vllm`` engine for ``config.actor_rollout_ref.rollout`` (options from ``engine_kwargs.vllm``).
 
     Args:
-        config: :class:`verl.config.RootConfig` (resolved: ``rollout.prompt_length``/``response_length`` set).
+        config: :class:`verl.config.RootConfig` (resolved: ``rollout.prompt_length``/``response_length`` set);
+            ``actor_rollout_ref.model`` gives ``trust_remote_code`` and ``override_config``.
         model: resolved HF model folder (a live module is refused, see :class:`VLLMRolloutEngine`).
         tokenizer: the worker's tokenizer.
         device: torch device of the worker (``cpu`` or ``cuda``).
@@ -23,4 +24,5 @@ def build_vllm_rollout_engine(config: Any, *, model: Any, tokenizer: Any = None,
     import_vllm(device_type(device))
     from verl_vllm.engine import VLLMRolloutEngine
 
-    return VLLMRolloutEngine(model, tokenizer, config.actor_rollout_ref.rollout, device=device)
+    arr = config.actor_rollout_ref
+    return VLLMRolloutEngine(model, tokenizer, arr.rollout, device=device, model_config=getattr(arr, "model", None))

@@ -79,6 +79,9 @@ class VLLMRolloutEngine:
             (``gpu_memory_utilization`` ... ``load_format``, ``ignore_eos``: :mod:`verl_vllm.rollout_keys`).
         device: ``cpu`` or ``cuda[:i]``.
         options: overrides ``config.engine_kwargs["vllm"]``.
+        model_config: the ``actor_rollout_ref.model`` section: ``trust_remote_code`` reaches ``vllm.LLM``, the
+            tokenizer and HF-config loads, ``override_config`` becomes vLLM's ``hf_overrides``
+            (:mod:`verl_vllm.model_config`). None = the saved config, no remote code.
 
     Tensor parallelism: ``config.tensor_model_parallel_size = T`` in a torch.distributed world of ``W`` ranks
     (``T`` dividing ``W``) builds every engine with ``distributed_executor_backend="external_launcher"``:
@@ -89,11 +92,19 @@ class VLLMRolloutEngine:
         UnsupportedDeviceError (ValueError): a device other than cpu/cuda.
         VLLMNotInstalledError (ImportError): vLLM missing; names ``pip install './plugins/verl-vllm[cpu]'``/``[cuda]``.
         ModelTooLongError (ValueError): ``prompt_length + response_length > max_model_len``.
+        ValueError: an ``override_config`` key the model config lacks (named with a close spelling).
         TypeError: a live module instead of a path.
     """
 
     def __init__(
-        self, model_path: Any, tokenizer: Any = None, config: Any = None, *, device: Any = "cpu", options: Any = None
+        self,
+        model_path: Any,
+        tokenizer: Any = None,
+        config: Any = None,
+        *,
+        device: Any = "cpu",
+        options: Any = None,
+        model_config: Any = None,
     ) -> None:
         if isinstance(model_path, torch.nn.Module):
             raise TypeError(
@@ -108,9 +119,15 @@ class VLLMRolloutEngine:
             raise ValueError("rollout engine 'vllm': " + "; ".join(problems))
         vllm = import_vllm(self.device_type)
         from verl.models import load_tokenizer, resolve_model_path
+        from verl_vllm.model_config import hf_overrides, load_model_config, trust_remote_code
 
         self.model_path = resolve_model_path(os.fspath(model_path))
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
+        trust = trust_remote_code(model_config)
+        # The overridden config, checked before vLLM starts; its context length sizes max_model_len.
+        self.hf_config = load_model_config(self.model_path, model_config)
+        self.tokenizer = (
+            tokenizer if tokenizer is not None else load_tokenizer(self.model_path, trust_remote_code=trust)
+        )
         self.eos_token_ids = _eos_token_ids(self.tokenizer, self.model_path)
         if not self.eos_token_ids:
             raise ValueError("rollout engine 'vllm': neither the tokenizer nor generation_config defines an EOS id")
@@ -154,6 +171,10 @@ class VLLMRolloutEngine:
         if self.device_type == "cuda":
             kwargs["gpu_memory_utilization"] = float(self.options.gpu_memory_utilization)
             kwargs["enable_sleep_mode"] = self.sleep_mode
+        kwargs["trust_remote_code"] = trust
+        overrides = hf_overrides(model_config)
+        if overrides:
+            kwargs["hf_overrides"] = overrides
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process; the
         # colocated trainer keeps control of its thread count, so the original is put back.
         set_num_threads = torch.set_num_threads
@@ -218,9 +239,7 @@ class VLLMRolloutEngine:
         return self.device_type == "cpu"
 
     def _max_model_len(self) -> int:
-        from transformers import AutoConfig
-
-        model_limit = getattr(AutoConfig.from_pretrained(str(self.model_path)), "max_position_embeddings", None)
+        model_limit = getattr(self.hf_config, "max_position_embeddings", None)
         prompt_len = getattr(self.config, "prompt_length", None)
         resp_len = int(_cfg(self.config, "response_length", 512))
         # verl's default: the longest sequence a rollout can make, not the model's whole context (SmolLM2:
