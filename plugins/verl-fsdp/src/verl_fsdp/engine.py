@@ -215,13 +215,19 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         # (and, in training, reduce-scatters) need this rank to run it. A zero-weighted term keeps
         # the graph so backward runs too; it adds exactly 0 to every gradient.
         col = slice(-resp_len - 1, -resp_len)
-        logits = self.model(
-            input_ids=batch["input_ids"][:, col].to(self.device),
-            position_ids=batch["position_ids"][:, col].to(self.device),
-        ).logits
+        inputs = {
+            "input_ids": batch["input_ids"][:, col].to(self.device),
+            "position_ids": batch["position_ids"][:, col].to(self.device),
+        }
+        if self._fused:  # the fused forward scores no position here (select=0): an empty, still connected graph
+            labels = inputs["input_ids"][:, :0]
+            log_probs, entropy = self.model(**inputs, select=0, labels=labels, temperature=temperature)
+            anchor = log_probs.sum() + entropy.sum()
+        else:
+            anchor = self.model(**inputs).logits.float().sum()
         if not torch.is_grad_enabled():
             return out
-        zero = logits.float().sum() * 0.0
+        zero = anchor * 0.0
         return {key: value + zero for key, value in out.items()}
 
     def _batch_norm(self, mb: Any) -> dict[str, Any]:

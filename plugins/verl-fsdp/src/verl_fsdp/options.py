@@ -64,6 +64,15 @@ def _mixed_precision(value: Any) -> Any:
     return value
 
 
+def _orig_params(inst: object, attribute: attrs.Attribute, value: object) -> None:
+    if value is not True:
+        raise ValueError(
+            f"engine_kwargs.fsdp.use_orig_params={value!r}: this engine is FSDP2 (fully_shard), which always keeps "
+            "the original parameters (one DTensor shard each), i.e. behaves as use_orig_params=true; flat parameters "
+            "(false) exist in FSDP1 only, and verl's FSDP2 path ignores the key. Remove it or set it to true"
+        )
+
+
 def _fsdp_size(inst: object, attribute: attrs.Attribute, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or (value != -1 and value < 1):
         raise ValueError(f"engine_kwargs.fsdp.fsdp_size must be -1 (all ranks) or an int >= 1, got {value!r}")
@@ -88,6 +97,9 @@ class FSDPEngineOptions:
         fsdp_size: ranks one parameter is sharded over; ``-1`` = all ranks (plain FSDP), else
             hybrid sharding (HSDP) over a ``(world_size // fsdp_size, fsdp_size)`` mesh
             ``("ddp", "fsdp")``: replicate across groups, shard inside a group, like verl.
+        use_orig_params: verl's FSDP1 switch between flat and original parameters. FSDP2 always keeps the
+            original parameters, so only ``true`` (what it does) is accepted; ``false`` is refused with that reason
+            (verl's own FSDP2 path ignores the key; its default ``false`` describes FSDP1).
     """
 
     param_offload: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
@@ -97,6 +109,7 @@ class FSDPEngineOptions:
     model_dtype: str = attrs.field(default="float32", validator=attrs.validators.in_(_DTYPES))
     mixed_precision: MixedPrecisionOptions = attrs.field(factory=MixedPrecisionOptions, converter=_mixed_precision)
     fsdp_size: int = attrs.field(default=-1, validator=_fsdp_size)
+    use_orig_params: bool = attrs.field(default=True, validator=_orig_params)
 
 
 def read_options(config: Any, role: str = "actor") -> FSDPEngineOptions:
