@@ -81,10 +81,14 @@ def test_required_variables_and_arguments_get_placeholders(tmp_path) -> None:
 
 
 def test_check_script_reports_the_failing_key_and_what_fails_next(tmp_path, fake_backends) -> None:
-    text = "python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.bogus_knob=1 trainer.n_gpus_per_node=8\n"
+    text = (
+        "python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.bogus_knob=1 trainer.controller=local "
+        "trainer.n_gpus_per_node=8\n"
+    )
     result = CVS.check_script("x.sh", text, tmp_path, fake_backends)
     assert not result.loads and result.failing_keys == ("actor_rollout_ref.rollout.bogus_knob",)
-    # Behind the unknown key: 8 workers need the Ray controller (the loader stops at unknown keys first).
+    # Behind the unknown key: an explicit local controller cannot run 8 workers (the loader stops at unknown
+    # keys first, so this shows only once the bogus key is dropped).
     assert "trainer.controller" in result.next_keys
     ok = CVS.check_script(
         "ok.sh", "python3 -m verl.trainer.main_ppo data.train_batch_size=256\n", tmp_path, fake_backends

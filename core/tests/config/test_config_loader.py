@@ -55,7 +55,13 @@ def test_k21_yaml_typo_is_not_dropped_silently(tmp_path: Path) -> None:
 
 
 def test_unknown_section_suggests_the_close_one() -> None:
-    with pytest.raises(ConfigError, match=r"unknown config section 'reward'.*'reward_model'"):
+    with pytest.raises(ConfigError, match=r"unknown config section 'rewrd_model'.*'reward_model'"):
+        load_config(overrides=["rewrd_model.reward_manager=naive"])
+
+
+def test_unknown_key_of_verls_reward_section_names_ours() -> None:
+    # reward.reward_manager is a section in verl (name, source, module): the scalar form is a mistake.
+    with pytest.raises(ConfigError, match=r"'reward.reward_manager'.*did you mean 'reward_model.reward_manager'"):
         load_config(overrides=["reward.reward_manager=naive"])
 
 

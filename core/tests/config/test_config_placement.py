@@ -50,7 +50,7 @@ def test_async_mode_is_refused_not_ignored() -> None:
             "placement",
             "needs devices of its own",
         ),
-        ([f"{ROLLOUT}.placement=colocated"], "placement", "set trainer.controller=ray"),
+        ([f"{ROLLOUT}.placement=colocated", "trainer.controller=local"], "placement", "set trainer.controller=ray"),
         (
             [f"{ROLLOUT}.placement=colocated", *RAY2],
             "checkpoint_engine.backend",

@@ -83,6 +83,7 @@ def test_to_dict_is_plain_data() -> None:
         "algorithm",
         "trainer",
         "ray_kwargs",
+        "model_engine",
     ]
 
 

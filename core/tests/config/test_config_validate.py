@@ -277,7 +277,7 @@ def test_straight_through_kl_names_are_accepted() -> None:
         (["critic.optim.lr=-1"], "critic.optim.lr"),
         ([f"{ACTOR}.checkpoint.save_contents=[]"], f"{ACTOR}.checkpoint.save_contents"),
         (["trainer.resume_mode=resume_path"], "trainer.resume_from_path"),
-        (["trainer.n_gpus_per_node=2"], "trainer.controller"),
+        (["trainer.controller=local", "trainer.n_gpus_per_node=2"], "trainer.controller"),
         (["reward_model.enable=true"], "reward_model.model.path"),
         (["reward_model.timeout_s=0"], "reward_model.timeout_s"),
         (["data.train_max_samples=0"], "data.train_max_samples"),

@@ -60,11 +60,23 @@ VALIDATED_ONLY: dict[str, str] = {
             "enable_rollout_routing_replay",
         )
     },
+    # verl keys kept so its scripts load, each refused off the value that does what verl does
+    # (config/validate_compat.py, which says why).
+    "actor_rollout_ref.actor.grad_clip": (
+        "verl's engines clip at optim.clip_grad and read grad_clip nowhere; a value other than optim.clip_grad "
+        "is refused"
+    ),
+    **{
+        f"{role}.checkpoint.strict": "verl reads it only for Megatron's hf_model export; false is refused"
+        for role in ("actor_rollout_ref.actor", "critic")
+    },
+    "trainer.use_legacy_worker_impl": "auto/disable = the engine workers, the only ones; enable is refused",
 }
 # Keys whose behaviour lives in a helper under verl/config that the trainer and workers call: checked to be
 # read there (by the same analysis), so deleting that reader still fails.
 READ_IN_CONFIG: dict[str, str] = {
     "actor_rollout_ref.rollout.placement": "placement.py",  # rollout_placement(), used to build the worker groups
+    "model_engine": "resolve.py",  # default_strategy(): a non-dp engine family is the null strategy's value
 }
 
 

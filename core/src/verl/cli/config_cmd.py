@@ -43,22 +43,24 @@ def run(args: argparse.Namespace) -> int:
     def warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
 
+    filled: dict[str, str] = {}
     try:
-        cfg, base = load_run_config(args, warn)
+        cfg, base = load_run_config(args, warn, filled)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(f"# {base.describe()}\n")
     sys.stdout.write(to_yaml(cfg))
-    sys.stdout.write(resolved_summary(cfg))
+    sys.stdout.write(resolved_summary(cfg, filled))
     return 0
 
 
-def resolved_summary(cfg: object) -> str:
+def resolved_summary(cfg: object, filled: dict[str, str] | None = None) -> str:
     """YAML comment lines with what the config resolves to on this machine (so the output stays valid YAML).
 
     The platform (``trainer.device`` or the probes), the rollout's dtype (``auto`` -> float32 on CPU, bfloat16
-    on accelerators), its placement and its tensor-parallel layout (replicas x ranks per replica).
+    on accelerators), its placement and its tensor-parallel layout (replicas x ranks per replica). ``filled``
+    (from ``load_config``): the strategies and controller that were null, their value and why.
     """
     from verl.config.placement import rollout_placement, rollout_world_size
     from verl.engines.dtypes import resolve_dtype
@@ -88,4 +90,7 @@ def resolved_summary(cfg: object) -> str:
         f"  actor_rollout_ref.rollout.placement: {rollout_placement(cfg)}",
         f"  rollout world: {world} ranks = {max(world // max(tp, 1), 1)} replicas x tensor_model_parallel_size {tp}",
     ]
+    from verl.config.resolve import get_path
+
+    lines += [f"  {key}: {get_path(cfg, key)}  ({why})" for key, why in (filled or {}).items()]
     return "".join(f"# {line}\n" for line in lines)

@@ -68,8 +68,12 @@ def choose_base(path: str | None, schema_defaults: bool) -> ConfigBase:
     )
 
 
-def load_run_config(args: argparse.Namespace, on_warning: Callable[[str], None]) -> tuple[object, ConfigBase]:
+def load_run_config(
+    args: argparse.Namespace, on_warning: Callable[[str], None], filled: dict[str, str] | None = None
+) -> tuple[object, ConfigBase]:
     """``(RootConfig, base)`` from the parsed shared arguments, built as ``verl train`` builds it.
+
+    ``filled`` gains the keys whose null got a value from the world size, and why (``load_config``'s).
 
     Raises:
         ConfigError: any config error (file, defaults list, unknown key, type, validation rule).
@@ -79,5 +83,5 @@ def load_run_config(args: argparse.Namespace, on_warning: Callable[[str], None])
     path, overrides = split_items(args.items)
     base = choose_base(path, args.schema_defaults)
     run_dir = None if args.run_dir is None else Path(args.run_dir)
-    cfg = load_config(path, overrides, base=base, run_dir=run_dir, on_warning=on_warning)
+    cfg = load_config(path, overrides, base=base, run_dir=run_dir, on_warning=on_warning, filled=filled)
     return cfg, base

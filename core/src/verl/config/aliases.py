@@ -6,11 +6,16 @@ checked by the backend plugin's options class. A verl-style key is moved to its 
 schema check, so ``actor_rollout_ref.actor.fsdp_config.param_offload=true`` just works, and
 setting the same option both ways is an error naming both keys.
 
-Where it goes depends on the role's training engine (``actor.strategy``; the critic's own ``strategy``
-when set): ``fsdp`` (and verl's ``fsdp2``) -> ``engine_kwargs.fsdp``; core's single-process ``reference``
+Where it goes depends on the role's training engine (``actor.strategy``; the ref's and the critic's own
+``strategy`` when set; unset, the default :func:`verl.config.resolve.default_strategy` gives): ``fsdp`` ->
+``engine_kwargs.fsdp``; core's single-process ``reference``
 engine honours ``param_offload``, ``optimizer_offload`` and ``model_dtype`` (as its ``dtype``) ->
 ``engine_kwargs.reference``, and any other ``fsdp_config`` key is an error naming the engine (it would
 otherwise sit in a section nobody reads); any other engine: an error naming it.
+
+verl's name ``fsdp2`` for a ``strategy`` (actor, ref, critic) is written ``fsdp`` first: the verl-fsdp plugin's
+``fsdp`` engine is FSDP2 (``fully_shard``), and one name keeps ``engine_kwargs.fsdp``, checkpoints and
+``verl export`` in agreement. verl's ``fsdp`` (FSDP1 there) gets the same FSDP2 engine.
 """
 
 from __future__ import annotations
@@ -23,14 +28,20 @@ from verl.config.errors import ConfigError, ConfigIssue
 #: verl section -> (the section holding its engine_kwargs, the key naming its training engine, fallback key).
 SECTION_ALIASES: dict[str, tuple[str, str, str | None]] = {
     "actor_rollout_ref.actor.fsdp_config": ("actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy", None),
-    "actor_rollout_ref.ref.fsdp_config": ("actor_rollout_ref.ref", "actor_rollout_ref.actor.strategy", None),
+    "actor_rollout_ref.ref.fsdp_config": (
+        "actor_rollout_ref.ref",
+        "actor_rollout_ref.ref.strategy",
+        "actor_rollout_ref.actor.strategy",
+    ),
     "critic.fsdp_config": ("critic", "critic.strategy", "actor_rollout_ref.actor.strategy"),
     "critic.model.fsdp_config": ("critic", "critic.strategy", "actor_rollout_ref.actor.strategy"),
 }
 #: fsdp_config keys the ``reference`` engine honours -> its option name.
 REFERENCE_KEYS = {"param_offload": "param_offload", "optimizer_offload": "optimizer_offload", "model_dtype": "dtype"}
 _DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-DEFAULT_STRATEGY = "reference"  # ActorConfig.strategy's default
+#: verl's strategy names -> ours, and the keys they are accepted in.
+STRATEGY_NAMES = {"fsdp2": "fsdp"}
+STRATEGY_KEYS = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
 
 
 def _node(tree: MutableMapping[str, Any], path: list[str], create: bool) -> MutableMapping[str, Any] | None:
@@ -52,17 +63,41 @@ def _get(tree: MutableMapping[str, Any], dotted: str) -> Any:
     return None if node is None else node.get(leaf)
 
 
+def _default_strategy(tree: MutableMapping[str, Any]) -> str:
+    """:func:`verl.config.resolve.default_strategy` on the raw tree (before the schema check)."""
+    engine = tree.get("model_engine", "dp")
+    if isinstance(engine, str) and engine != "dp":
+        return engine
+    try:
+        world = int(_get(tree, "trainer.nnodes")) * int(_get(tree, "trainer.n_gpus_per_node"))
+    except (TypeError, ValueError):  # a wrong type is the schema check's error
+        world = 1
+    return "fsdp" if world > 1 else "reference"
+
+
 def _engine_of(tree: MutableMapping[str, Any], key: str, fallback: str | None) -> tuple[str, str]:
     """(training engine name, the key it was read from) for one role."""
     value = _get(tree, key)
     if value is None and fallback is not None:
         key, value = fallback, _get(tree, fallback)
-    return (str(value) if value is not None else DEFAULT_STRATEGY), key
+    return (str(value) if value is not None else _default_strategy(tree)), key
+
+
+def apply_strategy_names(tree: MutableMapping[str, Any], origins: MutableMapping[str, str]) -> None:
+    """Write verl's strategy names (:data:`STRATEGY_NAMES`: ``fsdp2``) as ours, in place; ``origins`` notes it."""
+    for key in STRATEGY_KEYS:
+        *parents, leaf = key.split(".")
+        node = _node(tree, parents, create=False)
+        value = node.get(leaf) if node is not None else None
+        if isinstance(value, str) and value in STRATEGY_NAMES:
+            node[leaf] = STRATEGY_NAMES[value]
+            source = origins.get(key)
+            origins[key] = f"{source + ', ' if source else ''}verl's {value!r} = {STRATEGY_NAMES[value]!r}"
 
 
 def _translate(alias: str, value: MutableMapping[str, Any], engine: str, engine_key: str) -> dict[str, Any]:
     """The options of ``value`` under the names of ``engine``'s options (raises for what it cannot take)."""
-    if engine.startswith("fsdp"):
+    if engine == "fsdp":
         return dict(value)
     if engine != "reference":
         raise ConfigError(
@@ -117,7 +152,7 @@ def apply_section_aliases(tree: MutableMapping[str, Any], origins: MutableMappin
             raise ConfigError(ConfigIssue(alias, f"{alias} must be a section of options, got {value!r}"))
         engine, read_from = _engine_of(tree, engine_key, fallback)
         options = _translate(alias, value, engine, read_from)
-        target = f"{section}.engine_kwargs.{'fsdp' if engine.startswith('fsdp') else engine}"
+        target = f"{section}.engine_kwargs.{engine}"
         dest = _node(tree, target.split("."), create=True)
         if dest is None:
             raise ConfigError(ConfigIssue(target, f"{target} must be a section of options"))

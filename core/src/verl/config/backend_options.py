@@ -106,13 +106,14 @@ def _selections(cfg: RootConfig) -> list[tuple[str, str, str, str, Mapping[str, 
             arr.rollout.checkpoint_engine.engine_kwargs,
         ),
     ]
-    if arr.ref.engine_kwargs:
-        # The reference policy runs on the actor's strategy; its options override the actor's.
+    ref_strategy = arr.ref.strategy or arr.actor.strategy
+    if arr.ref.engine_kwargs or ref_strategy != arr.actor.strategy:
+        # The reference policy's engine (ref.strategy, null = the actor's); its options override the actor's.
         rows.append(
             (
                 "training_engine",
-                f"{ARR}.actor.strategy",
-                arr.actor.strategy,
+                f"{ARR}.ref.strategy",
+                ref_strategy,
                 f"{ARR}.ref.engine_kwargs",
                 arr.ref.engine_kwargs,
             )

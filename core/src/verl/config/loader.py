@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from verl.config.aliases import apply_section_aliases
+from verl.config.aliases import apply_section_aliases, apply_strategy_names
 from verl.config.backend_options import validate_backend_options, validate_registered_names
 from verl.config.base import ConfigBase, base_from_defaults, schema_base
 from verl.config.converter import structure
@@ -24,6 +24,7 @@ from verl.config.errors import ConfigError, ConfigIssue
 from verl.config.keys import find_unknown_keys, prune_unknown
 from verl.config.overrides import apply_override, deep_merge, parse_override
 from verl.config.resolve import resolve_config
+from verl.config.reward_section import apply_reward_section
 from verl.config.run_dir import follow_run_dir
 from verl.config.schema import RootConfig
 from verl.config.validate import validate_config
@@ -42,6 +43,7 @@ def load_config(
     run_dir: str | os.PathLike[str] | None = None,
     plugin_manager: Any | None = None,
     on_warning: Callable[[str], None] | None = None,
+    filled: dict[str, str] | None = None,
 ) -> RootConfig:
     """Build a validated, resolved config.
 
@@ -59,6 +61,8 @@ def load_config(
             becomes ``<run_dir>/checkpoints`` (:mod:`verl.config.run_dir`).
         plugin_manager: for :func:`validate_backend_options`; None = the process-wide one.
         on_warning: called with each validation warning; default logs on ``verl.config``.
+        filled: if given, gains ``{key: why}`` for the strategies and the controller that were null and got
+            a value from the world size (:func:`resolve_config`); ``verl config show`` prints it.
 
     Returns:
         The frozen :class:`RootConfig`, null follow-values filled in (:func:`resolve_config`).
@@ -83,9 +87,11 @@ def load_config(
             apply_override(tree, override)
         except ConfigError as exc:
             raise ConfigError(exc.issues) from None
+    apply_reward_section(tree, origins)
+    apply_strategy_names(tree, origins)
     apply_section_aliases(tree, origins)
     follow_run_dir(tree, origins, run_dir, base_tree)
-    cfg = resolve_config(build_config(tree, origins))
+    cfg = resolve_config(build_config(tree, origins), filled)
     issues: list[ConfigIssue] = []
     warnings: list[str] = []
     # Independent checks: run all of them so one error message lists everything to fix.

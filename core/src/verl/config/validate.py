@@ -20,7 +20,8 @@ Errors (all collected, then one :class:`ConfigError`):
    reward model needs a path; positive timeouts and worker counts; rollout placement, mode and
    tensor-parallel size (:mod:`verl.config.validate_rollout`);
 8. values of verl keys that are not built (reward managers, optim.total_training_steps, checkpoint contents),
-   refused with the alternative (:mod:`verl.config.validate_support`);
+   refused with the alternative (:mod:`verl.config.validate_support`); verl's engine family, old names and
+   switches (``model_engine``, ``actor.grad_clip``, ``optim.min_lr``, ...: :mod:`verl.config.validate_compat`);
 9. paths: ``data.train_files`` / ``val_files`` given as an empty list or holding a blank entry, and a blank
    ``actor_rollout_ref.model.path`` (found by the config fuzz tests: they used to pass and fail later).
 
@@ -39,6 +40,7 @@ from verl.config.resolve import resolve_config
 from verl.config.schema import OptimConfig, RootConfig
 from verl.config.validate_algorithm import check_algorithm_keys
 from verl.config.validate_batch import ARR, check_batch_sizes, world_size
+from verl.config.validate_compat import check_compat
 from verl.config.validate_rollout import check_rollout
 from verl.config.validate_support import check_support
 
@@ -84,6 +86,7 @@ def validate_config(cfg: RootConfig) -> list[str]:
     _check_trainer(cfg, report)
     check_rollout(cfg, report)
     check_support(cfg, report)
+    check_compat(cfg, report)
     _check_reward(cfg, report)
     _check_paths(cfg, report)
     report.raise_if_errors()

@@ -12,6 +12,7 @@ Follows ``verl/workers/engine_workers.py:ActorRolloutRefWorker`` (roles ``actor`
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 from pathlib import Path
@@ -92,7 +93,7 @@ class ActorRolloutRefWorker(Worker):
                 world_size=self.world_size,
             )
         if self._is_ref and (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward):
-            spec = pm.get("training_engine", arr.actor.strategy)
+            spec = pm.get("training_engine", arr.ref.strategy or arr.actor.strategy)
             self.ref = spec.factory(cfg, role="ref", model=model_path, device=device, world_size=self.world_size)
         if self._is_rollout:
             spec = pm.get("rollout_engine", arr.rollout.name)
@@ -137,6 +138,8 @@ class ActorRolloutRefWorker(Worker):
         """Join the group's ``torch.distributed`` world (world size > 1) over the platform's backend.
 
         The worker group sets ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (Ray group, torchrun).
+        The group's timeout is ``actor_rollout_ref.nccl_timeout`` seconds (verl's ``fsdp_workers`` passes it
+        the same way, whatever the backend).
 
         Raises:
             RuntimeError: world size > 1 without a rendezvous address (e.g. an in-process group).
@@ -156,6 +159,7 @@ class ActorRolloutRefWorker(Worker):
             init_method=f"tcp://{addr}:{port}",
             rank=self.rank,
             world_size=self.world_size,
+            timeout=datetime.timedelta(seconds=int(self.config.actor_rollout_ref.nccl_timeout)),
         )
 
     # ------------------------------------------------------------------ rollout

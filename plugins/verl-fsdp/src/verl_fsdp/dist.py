@@ -7,6 +7,7 @@ init_method="env://")`` from ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PO
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ logger = logging.getLogger(__name__)
 _ENV_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def ensure_process_group(backend: str = "gloo") -> bool:
+def ensure_process_group(backend: str = "gloo", timeout_s: float | None = None) -> bool:
     """Make sure the default process group exists; return True if this call created it.
 
     * already initialised: nothing happens (whatever backend it uses);
@@ -31,6 +32,8 @@ def ensure_process_group(backend: str = "gloo") -> bool:
 
     Args:
         backend: ``gloo`` (cpu), ``nccl`` (cuda), ``hccl`` (npu): the platform's ``dist_backend``.
+        timeout_s: the group's collective timeout in seconds (``actor_rollout_ref.nccl_timeout``); None =
+            torch's default.
 
     Raises:
         RuntimeError: only some of the rendezvous variables are set (names the missing ones).
@@ -44,10 +47,13 @@ def ensure_process_group(backend: str = "gloo") -> bool:
             f"torch.distributed rendezvous is half configured: {present} set but {missing} missing; "
             "set all of RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or none for a single process)"
         )
+    extra = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
     if present:
-        dist.init_process_group(backend=backend, init_method="env://")
+        dist.init_process_group(backend=backend, init_method="env://", **extra)
     else:
-        dist.init_process_group(backend=backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+        dist.init_process_group(
+            backend=backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1, **extra
+        )
         logger.info("verl-fsdp: started a 1-rank %s process group (no RANK/WORLD_SIZE in the environment)", backend)
     return True
 

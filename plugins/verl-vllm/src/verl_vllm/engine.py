@@ -24,7 +24,7 @@ from verl.engines.reference.postprocess import build_rollout_batch
 from verl.engines.reference.sampling import resolve_sampling_params
 from verl_vllm.backend import device_type, engine_environment, import_vllm
 from verl_vllm.options import VLLMRolloutOptions
-from verl_vllm.rollout_keys import device_problems, load_format, options_from_rollout
+from verl_vllm.rollout_keys import device_problems, engine_arguments, load_format, options_from_rollout
 from verl_vllm.translate import collect_outputs, max_tokens_per_row, row_seeds, sampling_kwargs, strip_left_padding
 from verl_vllm.weights import UnknownWeightError, check_specs, checkpoint_shapes, reload_batches, tied_embeddings
 
@@ -154,6 +154,7 @@ class VLLMRolloutEngine:
             "logprobs_mode": "processed_logprobs",
             "tensor_parallel_size": self.tp_size,
             "load_format": load_format(config),
+            **engine_arguments(config),
         }
         if self.layout is not None:
             # SPMD inside the trainer's world: each process is one TP rank; consecutive tp_size ranks form one

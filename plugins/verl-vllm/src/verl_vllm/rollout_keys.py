@@ -17,6 +17,8 @@ name (``vllm.engine.arg_utils.EngineArgs``), through the option of the same name
 | max_num_seqs | ``max_num_seqs`` | |
 | load_format | ``load_format`` | ``auto``/``hf`` -> ``auto``, ``safetensors`` -> ``safetensors`` |
 | ignore_eos | ``SamplingParams.ignore_eos`` | per request |
+| disable_log_stats | ``disable_log_stats`` | verl's default true is vLLM's ``LLM`` default |
+| cudagraph_capture_sizes | ``compilation_config.cudagraph_capture_sizes`` | as verl's vLLM server passes it; cuda only (no CUDA graphs on cpu, refused there) |
 """
 
 from __future__ import annotations
@@ -91,6 +93,19 @@ def options_from_rollout(rollout: Any) -> VLLMRolloutOptions:
     return attrs.evolve(base, **top)
 
 
+def engine_arguments(rollout: Any) -> dict[str, Any]:
+    """``vllm.LLM`` arguments of the rollout keys that have no :class:`VLLMRolloutOptions` option.
+
+    ``disable_log_stats`` always (verl passes it to every engine); ``compilation_config`` with
+    ``cudagraph_capture_sizes`` when that is set (verl's ``vllm_async_server`` builds it the same way).
+    """
+    out: dict[str, Any] = {"disable_log_stats": bool(getattr(rollout, "disable_log_stats", True))}
+    sizes = getattr(rollout, "cudagraph_capture_sizes", None)
+    if sizes:
+        out["compilation_config"] = {"cudagraph_capture_sizes": [int(size) for size in sizes]}
+    return out
+
+
 def device_problems(rollout: Any, options: VLLMRolloutOptions, device: str) -> list[str]:
     """Why these keys cannot run on ``device`` (``cpu``/``cuda``); [] when they can."""
     if device != "cpu":
@@ -100,6 +115,11 @@ def device_problems(rollout: Any, options: VLLMRolloutOptions, device: str) -> l
         problems.append(
             f"{ROLLOUT}.gpu_memory_utilization sizes vLLM's GPU memory, but this engine runs on cpu, where the KV "
             f"cache is {ROLLOUT}.engine_kwargs.vllm.kv_cache_space_gib (GiB); remove the key on cpu"
+        )
+    if getattr(rollout, "cudagraph_capture_sizes", None):
+        problems.append(
+            f"{ROLLOUT}.cudagraph_capture_sizes chooses the batch sizes vLLM captures as CUDA graphs, but this "
+            "engine runs on cpu, which has none; remove the key on cpu"
         )
     if options.enable_chunked_prefill:
         problems.append(

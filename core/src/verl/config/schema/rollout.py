@@ -105,6 +105,10 @@ class RolloutConfig:
         "auto", doc="how the engine loads weights: auto|hf|safetensors; dummy (random init) is refused"
     )
     ignore_eos: bool = fld(False, doc="keep generating after EOS up to response_length")
+    disable_log_stats: bool = fld(True, doc="no engine statistics logging (vLLM's disable_log_stats)")
+    cudagraph_capture_sizes: tuple[int, ...] | None = fld(
+        None, doc="batch sizes captured as CUDA graphs (vLLM's compilation_config); null = backend default"
+    )
     data_parallel_size: int = fld(1, doc="data-parallel size inside one rollout server; only 1 is built")
     expert_parallel_size: int = fld(1, doc="expert-parallel size for MoE rollout; only 1 is built")
     pipeline_model_parallel_size: int = fld(1, doc="pipeline-parallel size of the rollout; only 1 is built")

@@ -32,6 +32,9 @@ UNSHIPPED_LOGGERS: dict[str, str] = {
 }
 ResumeMode = Literal["auto", "disable", "resume_path"]
 Controller = Literal["local", "ray"]
+# verl's switch between its legacy fsdp_workers and the engine workers (removed from verl's config since):
+# auto/disable = the engine workers, the only implementation here; enable is refused.
+LegacyWorkerImpl = Literal["auto", "enable", "disable"]
 
 
 def unshipped_logger_message(name: str) -> str:
@@ -49,8 +52,11 @@ class TrainerConfig:
     wandb, an optional extra here: ``pip install './core[wandb]'``), ``device`` null = auto-detect via platform probes (verl
     ``cuda``), ``default_local_dir`` null = ``checkpoints/<project_name>/<experiment_name>``
     (verl's interpolation, filled in by load_config). New keys: ``controller`` (``local`` =
-    in-process worker group, world size 1; ``ray`` = Ray actors), ``seed`` and
-    ``max_nonfinite_steps`` (docs/reliability.md).
+    in-process worker group, world size 1; ``ray`` = Ray actors; null = ``ray`` as verl whenever the run
+    needs more than one process, i.e. a world larger than one worker or a rollout pool of its own, else
+    ``local``), ``seed`` and ``max_nonfinite_steps`` (docs/reliability.md). ``use_legacy_worker_impl`` is
+    accepted for verl's scripts: ``auto``/``disable`` select the engine-based workers, the only ones here
+    (and in verl today); ``enable`` (verl's removed ``fsdp_workers``) is refused.
     """
 
     total_epochs: int = fld(30, doc="passes over the training set")
@@ -76,7 +82,14 @@ class TrainerConfig:
         None, doc="keep the critic part in at most the newest N checkpoints; null = all"
     )
     device: str | None = fld(None, doc="platform name (cpu|cuda|npu|...); null = auto-detect")
-    controller: Controller = fld("local", doc="local: in-process workers (world size 1); ray: Ray actors")
+    controller: Controller | None = fld(
+        None,
+        doc="local: in-process workers (world size 1); ray: Ray actors; null = ray when nnodes x n_gpus_per_node "
+        "> 1 or the rollout has processes of its own, else local",
+    )
+    use_legacy_worker_impl: LegacyWorkerImpl = fld(
+        "auto", doc="verl's worker switch: auto|disable = engine workers (the only ones here); enable is refused"
+    )
     seed: int = fld(42, doc="global seed of torch/numpy/random in every worker")
     validation_data_dir: str | None = fld(None, doc="dump validation generations (jsonl) here; null = off")
     rollout_data_dir: str | None = fld(None, doc="dump training rollouts (jsonl) here; null = off")

@@ -14,6 +14,8 @@ transformers decode loop and refuses the others at config load (:func:`check_hf_
 | ``enforce_eager`` | true / null only: the loop always runs eagerly (no CUDA graphs to allow) |
 | ``enable_chunked_prefill`` / ``enable_prefix_caching`` | false / null only: whole prefills, no cross-request cache |
 | ``gpu_memory_utilization`` | refused: the KV cache is allocated per call for the batch at hand, no pool to size |
+| ``cudagraph_capture_sizes`` | null only: no CUDA graphs are captured |
+| ``disable_log_stats`` | true only: the loop keeps no engine statistics to log |
 
 Chunking changes no sample when rows carry ``sample_seed`` (each row draws from its own generator).
 """
@@ -58,6 +60,17 @@ def check_hf_rollout_config(rollout: Any) -> list[tuple[str, str]]:
         refuse(
             "enable_prefix_caching",
             "keeps no KV cache across requests, so shared prefixes are not reused; set false or null, or use "
+            "rollout.name=vllm",
+        )
+    if getattr(rollout, "cudagraph_capture_sizes", None) is not None:
+        refuse(
+            "cudagraph_capture_sizes",
+            "captures no CUDA graphs (it always runs eagerly); remove the key (null), or use rollout.name=vllm",
+        )
+    if getattr(rollout, "disable_log_stats", True) is False:
+        refuse(
+            "disable_log_stats",
+            "keeps no engine statistics (vLLM's throughput and cache logs); set true or remove the key, or use "
             "rollout.name=vllm",
         )
     budget, prompt_len = rollout.max_num_batched_tokens, rollout.prompt_length
