@@ -52,7 +52,9 @@ def build_fsdp_training_engine(
         raise ValueError(f"fsdp training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
     settings, optim = role_settings(config, role, world_size=world_size, dtype=opts.model_dtype, engine="fsdp")
     device_type = getattr(device, "type", str(device).split(":")[0])
-    ensure_process_group(DIST_BACKENDS.get(device_type, "gloo"))
+    ensure_process_group(
+        DIST_BACKENDS.get(device_type, "gloo"), timeout_s=getattr(config.actor_rollout_ref, "nccl_timeout", None)
+    )
     if dist.get_world_size() != world_size:
         raise ValueError(
             f"fsdp training engine: world_size={world_size} but the process group has {dist.get_world_size()} ranks; "
