@@ -63,3 +63,27 @@ def test_use_orig_params_accepts_only_what_fsdp2_does():
     assert config.actor_rollout_ref.actor.engine_kwargs["fsdp"]["use_orig_params"] is True
     with pytest.raises(ConfigError, match="use_orig_params=False: this engine is FSDP2"):
         load_config(overrides=[*base, "actor_rollout_ref.actor.fsdp_config.use_orig_params=false"])
+
+
+def test_fsdp_config_entropy_keys_override_the_roles_keys():
+    from verl_fsdp.options import read_options
+
+    config = load_config(
+        overrides=[
+            "actor_rollout_ref.actor.strategy=fsdp",
+            "actor_rollout_ref.actor.entropy_from_logits_with_chunking=true",
+            "actor_rollout_ref.actor.fsdp_config.entropy_checkpointing=True",
+            "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking=False",
+        ]
+    )
+    assert read_options(config, "actor").token_stats_overrides() == {
+        "entropy_checkpointing": True,
+        "entropy_from_logits_with_chunking": False,
+    }
+    with pytest.raises(ConfigError, match="entropy_from_logits_chunk_size must be an int >= 1"):
+        load_config(
+            overrides=[
+                "actor_rollout_ref.actor.strategy=fsdp",
+                "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_chunk_size=0",
+            ]
+        )

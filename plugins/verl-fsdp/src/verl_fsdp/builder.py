@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 
 def build_fsdp_training_engine(
     config: Any, *, role: str, model: Any, total_training_steps: int = 1, device: Any = "cpu", world_size: int = 1
@@ -51,6 +53,8 @@ def build_fsdp_training_engine(
     else:
         raise ValueError(f"fsdp training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
     settings, optim = role_settings(config, role, world_size=world_size, dtype=opts.model_dtype, engine="fsdp")
+    if role != "critic":  # verl's fsdp_config.{use_torch_compile, entropy_*} over the role's keys
+        settings = attrs.evolve(settings, **opts.token_stats_overrides())
     device_type = getattr(device, "type", str(device).split(":")[0])
     ensure_process_group(
         DIST_BACKENDS.get(device_type, "gloo"), timeout_s=getattr(config.actor_rollout_ref, "nccl_timeout", None)

@@ -73,6 +73,16 @@ def _orig_params(inst: object, attribute: attrs.Attribute, value: object) -> Non
         )
 
 
+def _optional(kind: type) -> Any:
+    def check(inst: object, attribute: attrs.Attribute, value: object) -> None:
+        bad = value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool)))
+        if bad or (kind is int and value is not None and value < 1):
+            what = "true, false" if kind is bool else "an int >= 1"
+            raise ValueError(f"engine_kwargs.fsdp.{attribute.name} must be {what} or null, got {value!r}")
+
+    return check
+
+
 def _fsdp_size(inst: object, attribute: attrs.Attribute, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or (value != -1 and value < 1):
         raise ValueError(f"engine_kwargs.fsdp.fsdp_size must be -1 (all ranks) or an int >= 1, got {value!r}")
@@ -97,6 +107,10 @@ class FSDPEngineOptions:
         fsdp_size: ranks one parameter is sharded over; ``-1`` = all ranks (plain FSDP), else
             hybrid sharding (HSDP) over a ``(world_size // fsdp_size, fsdp_size)`` mesh
             ``("ddp", "fsdp")``: replicate across groups, shard inside a group, like verl.
+        use_torch_compile / entropy_from_logits_with_chunking / entropy_from_logits_chunk_size /
+            entropy_checkpointing: verl's engine-level copies of the actor/ref keys of the same name (verl's engine
+            reads ``fsdp_config.<key>``, which its YAML fills from the role's key); ``null`` = the role's key, a
+            value set here wins for this engine.
         use_orig_params: verl's FSDP1 switch between flat and original parameters. FSDP2 always keeps the
             original parameters, so only ``true`` (what it does) is accepted; ``false`` is refused with that reason
             (verl's own FSDP2 path ignores the key; its default ``false`` describes FSDP1).
@@ -110,6 +124,20 @@ class FSDPEngineOptions:
     mixed_precision: MixedPrecisionOptions = attrs.field(factory=MixedPrecisionOptions, converter=_mixed_precision)
     fsdp_size: int = attrs.field(default=-1, validator=_fsdp_size)
     use_orig_params: bool = attrs.field(default=True, validator=_orig_params)
+    use_torch_compile: bool | None = attrs.field(default=None, validator=_optional(bool))
+    entropy_from_logits_with_chunking: bool | None = attrs.field(default=None, validator=_optional(bool))
+    entropy_from_logits_chunk_size: int | None = attrs.field(default=None, validator=_optional(int))
+    entropy_checkpointing: bool | None = attrs.field(default=None, validator=_optional(bool))
+
+    def token_stats_overrides(self) -> dict[str, Any]:
+        """The :class:`~verl.engines.reference.training.EngineSettings` fields set here (``null`` ones left out)."""
+        names = (
+            "use_torch_compile",
+            "entropy_from_logits_with_chunking",
+            "entropy_from_logits_chunk_size",
+            "entropy_checkpointing",
+        )
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 def read_options(config: Any, role: str = "actor") -> FSDPEngineOptions:
