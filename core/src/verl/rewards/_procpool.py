@@ -123,6 +123,7 @@ class ScorerProcessPool:
         self.memory_limit_mb = None if memory_limit_mb is None else int(memory_limit_mb)
         self._task_ids = 0
         self.restarts = 0  # workers replaced after a crash, timeout or MemoryError, over the pool's life
+        self.unused_optional_kwargs: list[str] = []  # spec.optional_kwargs the loaded function does not take
         self._workers: list[_Worker] = [self._start() for _ in range(self.num_workers)]
         try:
             for worker in self._workers:
@@ -154,6 +155,7 @@ class ScorerProcessPool:
             ) from None
         if message[0] == "load_error":
             raise RewardFunctionLoadError(f"reward worker could not load {self._where()}: {message[1]}")
+        self.unused_optional_kwargs = list(message[1] or [])
         worker.ready = True
 
     def _where(self) -> str:

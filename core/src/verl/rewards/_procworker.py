@@ -47,11 +47,24 @@ class ScorerSpec:
         path: file defining the function (``custom_reward_function.path``); ``None`` = ``default_compute_score``.
         name: function name in that file (``custom_reward_function.name``).
         reward_kwargs: keywords bound to every call (``functools.partial``).
+        optional_kwargs: keywords bound only if a custom function takes them (``reward_model.reward_kwargs``,
+            options of the built-in scorers); :meth:`unused_optional` names the others.
     """
 
     path: str | None = None
     name: str = "compute_score"
     reward_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    optional_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def unused_optional(self, fn: Callable[..., Any]) -> list[str]:
+        """Names in ``optional_kwargs`` the loaded custom function ``fn`` does not take (sorted)."""
+        if self.path is None or not self.optional_kwargs:
+            return []
+        from verl.rewards.custom import split_accepted_kwargs
+
+        inner = fn.func if isinstance(fn, functools.partial) else fn
+        rest = {k: v for k, v in self.optional_kwargs.items() if k not in self.reward_kwargs}
+        return split_accepted_kwargs(inner, rest)[1]
 
     def load(self) -> Callable[..., Any]:
         """Import the function in this process (see :func:`verl.rewards.custom.load_reward_function`).
@@ -62,11 +75,11 @@ class ScorerSpec:
         if self.path is None:
             from verl.rewards.default import default_compute_score
 
-            kwargs = dict(self.reward_kwargs)
+            kwargs = {**self.optional_kwargs, **self.reward_kwargs}
             return functools.partial(default_compute_score, **kwargs) if kwargs else default_compute_score
         from verl.rewards.custom import load_reward_function
 
-        return load_reward_function(self.path, self.name, dict(self.reward_kwargs))
+        return load_reward_function(self.path, self.name, dict(self.reward_kwargs), dict(self.optional_kwargs))
 
 
 def progress_view(buffer: mmap.mmap) -> Any:
@@ -163,10 +176,11 @@ def main(conn_fd: int, progress_fd: int) -> int:
     try:
         _limit_memory(memory_limit_mb)
         fn = spec.load()
+        unused = spec.unused_optional(fn)
     except BaseException as exc:  # noqa: BLE001 - report any import failure (MemoryError included) by message
         conn.send(("load_error", f"{type(exc).__name__}: {exc}"))
         return 1
-    conn.send(("ready", None))
+    conn.send(("ready", unused))
     while True:
         try:
             message = conn.recv()

@@ -18,7 +18,7 @@ from typing import Any
 
 from verl.rewards.errors import RewardFunctionLoadError
 
-__all__ = ["load_reward_function"]
+__all__ = ["load_reward_function", "split_accepted_kwargs"]
 
 # The arguments every reward manager passes, by keyword.
 _CALL_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
@@ -65,10 +65,31 @@ def _check_signature(fn: Callable, path: Path, name: str, reward_kwargs: Mapping
         ) from exc
 
 
+def split_accepted_kwargs(fn: Callable, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Split ``kwargs`` into those ``fn`` can take by keyword and the names of those it cannot.
+
+    ``fn`` takes a keyword when it has a parameter of that name (not positional-only) or a ``**kwargs``. A
+    callable without an introspectable signature is trusted with all of them.
+
+    Returns:
+        ``(accepted, unused)``: a dict of the accepted keywords and the sorted names of the others.
+    """
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return dict(kwargs), []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return dict(kwargs), []
+    names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    accepted = {key: value for key, value in kwargs.items() if key in names}
+    return accepted, sorted(set(kwargs) - set(accepted))
+
+
 def load_reward_function(
     path: str | Path,
     name: str = "compute_score",
     reward_kwargs: Mapping[str, Any] | None = None,
+    optional_kwargs: Mapping[str, Any] | None = None,
 ) -> Callable[..., Any]:
     """Import ``path`` and return its function ``name``, with ``reward_kwargs`` bound by keyword.
 
@@ -81,9 +102,12 @@ def load_reward_function(
         path: the ``.py`` file (``~`` expanded, relative paths resolved against the working directory).
         name: attribute of the module to use.
         reward_kwargs: extra keywords bound with ``functools.partial``; ``None`` or empty binds nothing.
+        optional_kwargs: keywords bound only if the function takes them (a parameter of that name or
+            ``**kwargs``, see :func:`split_accepted_kwargs`); ``reward_kwargs`` win on a shared name. Used for
+            ``reward_model.reward_kwargs``, which also configure the built-in scorers.
 
     Returns:
-        The function itself, or a ``functools.partial`` when ``reward_kwargs`` is non-empty.
+        The function itself, or a ``functools.partial`` when keywords are bound.
 
     Raises:
         RewardFunctionLoadError (a ValueError): the file does not exist or is not a file, importing it raised,
@@ -113,5 +137,9 @@ def load_reward_function(
         raise RewardFunctionLoadError(
             f"custom_reward_function.name={name!r} in {str(file_path)!r} is a {type(fn).__name__}, not a function"
         )
+    accepted, _ = split_accepted_kwargs(
+        fn, {k: v for k, v in (optional_kwargs or {}).items() if k not in reward_kwargs}
+    )
+    reward_kwargs = {**accepted, **reward_kwargs}
     _check_signature(fn, file_path, name, reward_kwargs)
     return functools.partial(fn, **reward_kwargs) if reward_kwargs else fn

@@ -150,8 +150,10 @@ class RewardManager:
         if isolation == "process":
             self.compute_score = None
             self._pool = ScorerProcessPool(spec or ScorerSpec(), int(num_workers), memory_limit_mb)
+            self._warn_unused(spec, self._pool.unused_optional_kwargs)
         elif spec is not None:
             self.compute_score = spec.load()
+            self._warn_unused(spec, spec.unused_optional(self.compute_score))
         else:
             self.compute_score = default_compute_score if compute_score is None else compute_score
         self.reward_fn_key = reward_fn_key
@@ -165,6 +167,21 @@ class RewardManager:
         self._warned_kinds: set[str] = set()  # reset on every call: one warning per kind per step
         if self.uses_default_scorer:
             check_reward_kwargs(self.reward_kwargs)
+
+    @staticmethod
+    def _warn_unused(spec: ScorerSpec | None, unused: list[str]) -> None:
+        """Say which ``reward_model.reward_kwargs`` a custom function does not take (they are not passed)."""
+        if spec is None or not unused:
+            return
+        logger.warning(
+            "reward_model.reward_kwargs %s are not passed to custom_reward_function %r in %s: it has no such "
+            "parameters and no **kwargs. They are options of the built-in scorers (e.g. gsm8k's method and "
+            "format_score, set by the built-in run config), which the custom function replaces. To receive them, "
+            "add the parameters (or **kwargs); otherwise drop them from reward_model.reward_kwargs.",
+            unused,
+            spec.name,
+            spec.path,
+        )
 
     # ----------------------------------------------------------------------------------------------- input
     def _response_mask(self, batch: Any, responses: torch.Tensor) -> torch.Tensor:

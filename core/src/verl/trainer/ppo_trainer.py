@@ -196,8 +196,8 @@ class PPOTrainer(StepStages, ValidationLoop):
 
     def _build_reward_manager(self) -> Any:
         """verl's ``load_reward_manager``: ``reward_model.reward_manager`` (naive|dapo) with its share of
-        ``reward_model.reward_kwargs``; the other keywords go to the scorer, built-in or custom (where
-        ``custom_reward_function.reward_kwargs`` win on a shared key, as verl's bound kwargs take precedence)."""
+        ``reward_model.reward_kwargs``; the other keywords go to the built-in scorer, or to a custom one when it takes
+        them by name or ``**kwargs`` (``custom_reward_function.reward_kwargs`` always, and win on a shared key)."""
         from verl.rewards import RewardManager
         from verl.rewards.manager import ScorerSpec
         from verl.rewards.reward_managers import split_reward_kwargs
@@ -208,7 +208,8 @@ class PPOTrainer(StepStages, ValidationLoop):
         overlong, scorer_kwargs = split_reward_kwargs(rm.reward_manager, rm.reward_kwargs)
         compute_score = None
         if custom.path:  # loaded by path: in worker processes (isolation auto/process) or here (thread/none)
-            compute_score = ScorerSpec(custom.path, custom.name, {**scorer_kwargs, **custom.reward_kwargs})
+            # verl passes neither to a custom function; here they reach it when it takes them (else a warning).
+            compute_score = ScorerSpec(custom.path, custom.name, dict(custom.reward_kwargs), dict(scorer_kwargs))
         return RewardManager(
             self.tokenizer,
             compute_score=compute_score,
