@@ -1,7 +1,7 @@
 """The critic and reward-model roles of a PPO step: their worker groups and the stages that use them.
 
 Placement: each role gets its own worker group of the same controller. With
-``trainer.controller=local`` (the default) that is an in-process :class:`LocalWorkerGroup`, so the
+``trainer.controller=local`` (what a null controller becomes for one worker) that is an in-process :class:`LocalWorkerGroup`, so the
 critic and the reward model live in the trainer's process beside the actor, as verl's colocated
 default does. With ``controller=ray`` each role gets its own resource pool of
 ``trainer.nnodes x trainer.n_gpus_per_node`` workers (verl colocates them in the actor's placement
