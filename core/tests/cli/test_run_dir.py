@@ -86,8 +86,11 @@ def test_fresh_run_moves_earlier_metrics_aside_instead_of_rewinding_them(tmp_pat
     cfg = _cfg(tmp_path, rollout_data_dir=str(run / "rollouts"))
     (run / "rollouts").mkdir()
     (run / "rollouts" / "1.jsonl").write_text('{"step": 1}\n')
+    # the file logger draws metrics.png at close when matplotlib is installed (the [plot] extra)
+    png = {run / "metrics.png": run / "metrics.T1.png"} if (run / "metrics.png").exists() else {}
     moved = dict(set_aside_earlier_run(run, cfg, stamp="T1"))
     assert moved == {
+        **png,
         run / "metrics.jsonl": run / "metrics.T1.jsonl",
         run / "final_hf": run / "final_hf.T1",
         run / "rollouts": run / "rollouts.T1",

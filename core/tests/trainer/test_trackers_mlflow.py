@@ -22,8 +22,10 @@ def store_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture
-def store(store_uri: str, monkeypatch: pytest.MonkeyPatch) -> str:
+def store(store_uri: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     uri = store_uri
+    # A sqlite store puts artifacts in ./mlruns (MLflow's default artifact root): keep them out of the checkout.
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
     yield uri

@@ -156,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     from verl.trainer.ppo_trainer import PPOTrainer
 
     trainer = None
+    exit_code = 1  # until training completes: a failure marks the loggers' run failed
     try:
         try:
             # Set-up errors (model path, dataset rows, chat template, unsupported options) are user
@@ -170,10 +171,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             trainer.fit()
             if trainer.already_finished:
-                return _export_if_missing(trainer.checkpoints.latest()[1], run_dir)
+                exit_code = _export_if_missing(trainer.checkpoints.latest()[1], run_dir)
+                return exit_code
             if trainer.global_steps > 0:
                 final = _write_final_hf(run_dir, trainer.actor_rollout_wg.export_hf)
                 print(f"verl train: done, {trainer.global_steps} steps; final actor (HF folder): {final}")
+            exit_code = 0
         except WorkerError as exc:
             # A worker raised or died (names class, rank, method); checkpoints are written atomically,
             # so the last complete one is intact and `verl train` with resume_mode=auto continues from it.
@@ -205,5 +208,5 @@ def run(args: argparse.Namespace) -> int:
             return 1
     finally:
         if trainer is not None:
-            trainer.close()
+            trainer.close(exit_code)  # != 0 marks the wandb / mlflow / swanlab / clearml run failed
     return 0

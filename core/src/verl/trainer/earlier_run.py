@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 #: Files and folders of a run folder that hold a run's results (``config.yaml`` moves with them).
-RUN_OUTPUTS = ("metrics.jsonl", "val_generations.jsonl", "final_hf", "tensorboard")
+# wandb/ and swanlog/ are where the trackers write offline runs inside the run folder.
+RUN_OUTPUTS = ("metrics.jsonl", "metrics.png", "val_generations.jsonl", "final_hf", "tensorboard", "wandb", "swanlog")
 CONFIG_FILE = "config.yaml"
 
 

@@ -314,11 +314,13 @@ class PPOTrainer(StepStages, ValidationLoop):
         self.final_metrics = metrics
         return metrics
 
-    def close(self) -> None:
-        """Flush and close the loggers; stop Ray workers (the Ray runtime itself is left to its owner)."""
+    def close(self, exit_code: int = 0) -> None:
+        """Flush and close the loggers; stop Ray workers (the Ray runtime itself is left to its owner).
+
+        ``exit_code`` != 0 marks the loggers' run failed (verl's ``Tracking.finish(exit_code)``)."""
         try:
             if hasattr(self, "tracking"):
-                self.tracking.close()
+                self.tracking.finish(exit_code)
             reward_fn = getattr(self, "reward_fn", None)
             if reward_fn is not None and hasattr(reward_fn, "close"):
                 reward_fn.close()  # stops the reward worker processes
