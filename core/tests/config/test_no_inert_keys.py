@@ -71,6 +71,11 @@ VALIDATED_ONLY: dict[str, str] = {
         for role in ("actor_rollout_ref.actor", "critic")
     },
     "trainer.use_legacy_worker_impl": "auto/disable = the engine workers, the only ones; enable is refused",
+    **{
+        f"{role}.ulysses_sequence_parallel_size": "Ulysses sequence parallelism is not built; a value other than "
+        "1 (verl's default) is refused by config/validate_compat.py"
+        for role in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic")
+    },
 }
 # Keys whose behaviour lives in a helper under verl/config that the trainer and workers call: checked to be
 # read there (by the same analysis), so deleting that reader still fails.

@@ -7,7 +7,8 @@
 * ``optim.min_lr`` (Megatron's floor): in ``[0, lr]``, not together with ``min_lr_ratio > 0``; a warning when
   the schedule is constant (it never decays, so the floor is never reached, as in Megatron);
 * ``checkpoint.strict=false`` and ``trainer.use_legacy_worker_impl=enable``: refused with the reason;
-* ``actor_rollout_ref.nccl_timeout`` >= 1 second; ``rollout.cudagraph_capture_sizes`` positive batch sizes.
+* ``actor_rollout_ref.nccl_timeout`` >= 1 second; ``rollout.cudagraph_capture_sizes`` positive batch sizes;
+* ``actor/ref/critic.ulysses_sequence_parallel_size``: only 1 (Ulysses sequence parallelism is not built).
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ def check_compat(cfg: RootConfig, report: IssueCollector) -> None:
         )
     if cfg.actor_rollout_ref.nccl_timeout < 1:
         report.error(f"{ARR}.nccl_timeout", f"must be >= 1 second, got {cfg.actor_rollout_ref.nccl_timeout}")
+    for prefix, role in ((f"{ARR}.actor", actor), (f"{ARR}.ref", cfg.actor_rollout_ref.ref), ("critic", cfg.critic)):
+        if role.ulysses_sequence_parallel_size != 1:
+            report.error(
+                f"{prefix}.ulysses_sequence_parallel_size",
+                f"={role.ulysses_sequence_parallel_size}: Ulysses sequence parallelism (verl splits each sequence "
+                "over this many ranks and exchanges attention heads by all-to-all) is not built here; only 1 (no "
+                "sequence parallelism, verl's default) is accepted: set it to 1 or remove it",
+            )
     sizes = cfg.actor_rollout_ref.rollout.cudagraph_capture_sizes
     if sizes is not None and (not sizes or any(size < 1 for size in sizes)):
         report.error(

@@ -173,6 +173,10 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         for layer in layers:
             fully_shard(layer, **kwargs)
         fully_shard(model, **kwargs)
+        if opts.forward_prefetch:
+            # verl's apply_fsdp2: each unit prefetches the next one (depth 1, FSDP1's forward_prefetch_limit).
+            for layer, following in zip(layers, layers[1:], strict=False):
+                layer.set_modules_to_forward_prefetch([following])
         return model
 
     def _mesh_full(self, tensor: torch.Tensor) -> torch.Tensor:

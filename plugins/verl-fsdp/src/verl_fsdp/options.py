@@ -73,6 +73,27 @@ def _orig_params(inst: object, attribute: attrs.Attribute, value: object) -> Non
         )
 
 
+def _ulysses(inst: object, attribute: attrs.Attribute, value: object) -> None:
+    if value == 1 and not isinstance(value, bool):
+        return
+    raise ValueError(
+        f"engine_kwargs.fsdp.ulysses_sequence_parallel_size={value!r} (verl's fsdp_config."
+        "ulysses_sequence_parallel_size): Ulysses sequence parallelism (each sequence split over this many ranks, "
+        "attention heads exchanged by all-to-all) is not built in this engine; only 1 (no sequence parallelism) "
+        "is accepted: set it to 1 or remove it"
+    )
+
+
+def _turbo_config(inst: object, attribute: attrs.Attribute, value: object) -> None:
+    if value is None or value == {}:
+        return
+    raise ValueError(
+        f"engine_kwargs.fsdp.turbo_config={value!r}: verl reads turbo_config only in its fsdp_turbo engine "
+        "(strategy=fsdp_turbo, the fsdp_turbo library's FSDPTurbo wrapper), which is not built here; verl's "
+        "FSDP2 engine ignores it, so under strategy=fsdp it would do nothing. Remove it"
+    )
+
+
 def _optional(kind: type) -> Any:
     def check(inst: object, attribute: attrs.Attribute, value: object) -> None:
         bad = value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool)))
@@ -101,7 +122,14 @@ class FSDPEngineOptions:
             the device layer by layer (FSDP2 ``CPUOffloadPolicy``, verl's ``offload_policy``); replaces the two
             options above. Meaningless on ``cpu``.
         reshard_after_forward: free the gathered parameters after forward (ZeRO-3) instead of
-            keeping them until backward (ZeRO-2 memory, less communication).
+            keeping them until backward (ZeRO-2 memory, less communication): FSDP2's
+            ``fully_shard(reshard_after_forward=...)`` on every decoder layer and the root, as verl's
+            ``apply_fsdp2``. FSDP2 never reshards the root after forward (its parameters are needed first in
+            backward), so ``true`` shows on the layers.
+        forward_prefetch: FSDP2 explicit forward prefetching: each decoder layer starts the all-gather of the
+            next one before its own forward runs (``FSDPModule.set_modules_to_forward_prefetch([next])``, depth
+            1), as verl's ``apply_fsdp2`` maps the key (FSDP1's ``forward_prefetch_limit=1``). Same values,
+            more overlap of communication and compute; for models whose layer order does not change.
         model_dtype: dtype of the sharded (master) parameters; ``float32`` like verl's actor.
         mixed_precision: :class:`MixedPrecisionOptions` (a mapping in YAML).
         fsdp_size: ranks one parameter is sharded over; ``-1`` = all ranks (plain FSDP), else
@@ -114,12 +142,17 @@ class FSDPEngineOptions:
         use_orig_params: verl's FSDP1 switch between flat and original parameters. FSDP2 always keeps the
             original parameters, so only ``true`` (what it does) is accepted; ``false`` is refused with that reason
             (verl's own FSDP2 path ignores the key; its default ``false`` describes FSDP1).
+        ulysses_sequence_parallel_size: verl's Ulysses sequence-parallel degree. Not built: ``1`` (verl's
+            default, no sequence parallelism) is accepted, any other value is refused with that reason.
+        turbo_config: options of verl's ``fsdp_turbo`` engine, which this plugin does not provide; verl's FSDP2
+            engine ignores them, so only null or ``{}`` is accepted and anything else is refused with the reason.
     """
 
     param_offload: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     optimizer_offload: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     offload_policy: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     reshard_after_forward: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    forward_prefetch: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     model_dtype: str = attrs.field(default="float32", validator=attrs.validators.in_(_DTYPES))
     mixed_precision: MixedPrecisionOptions = attrs.field(factory=MixedPrecisionOptions, converter=_mixed_precision)
     fsdp_size: int = attrs.field(default=-1, validator=_fsdp_size)
@@ -128,6 +161,8 @@ class FSDPEngineOptions:
     entropy_from_logits_with_chunking: bool | None = attrs.field(default=None, validator=_optional(bool))
     entropy_from_logits_chunk_size: int | None = attrs.field(default=None, validator=_optional(int))
     entropy_checkpointing: bool | None = attrs.field(default=None, validator=_optional(bool))
+    ulysses_sequence_parallel_size: int = attrs.field(default=1, validator=_ulysses)
+    turbo_config: dict[str, Any] | None = attrs.field(default=None, validator=_turbo_config)
 
     def token_stats_overrides(self) -> dict[str, Any]:
         """The :class:`~verl.engines.reference.training.EngineSettings` fields set here (``null`` ones left out)."""

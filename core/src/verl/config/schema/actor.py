@@ -117,6 +117,9 @@ class ActorConfig:
     )
     entropy_from_logits_chunk_size: int = fld(2048, doc="tokens per chunk of the chunked entropy")
     entropy_checkpointing: bool = fld(False, doc="recompute the entropy in backward instead of keeping its softmax")
+    ulysses_sequence_parallel_size: int = fld(
+        1, doc="Ulysses sequence-parallel degree; only 1 (verl's default, none) is built, other values are refused"
+    )
     optim: OptimConfig = section(OptimConfig, doc="optimizer and LR schedule")
     checkpoint: CheckpointConfig = section(CheckpointConfig, doc="checkpoint contents")
     engine_kwargs: BackendKwargs = free_dict(
@@ -152,6 +155,9 @@ class RefConfig:
     entropy_from_logits_with_chunking: bool = fld(False, doc="chunked entropy (only when entropy is asked for)")
     entropy_from_logits_chunk_size: int = fld(2048, doc="tokens per chunk of the chunked entropy")
     entropy_checkpointing: bool = fld(False, doc="recompute the entropy in backward (forward-only: no effect)")
+    ulysses_sequence_parallel_size: int = fld(
+        1, doc="Ulysses sequence-parallel degree; only 1 (verl's default, none) is built, other values are refused"
+    )
     engine_kwargs: BackendKwargs = free_dict(
         doc="the reference engine's options over the actor's, e.g. engine_kwargs.fsdp.param_offload (= fsdp_config)"
     )

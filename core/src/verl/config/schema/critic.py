@@ -29,6 +29,9 @@ class CriticConfig:
     ppo_micro_batch_size_per_gpu: int | None = fld(None, doc="sequences per forward/backward per GPU; null = actor's")
     use_dynamic_bsz: bool | None = fld(None, doc="token-budget micro-batches; null = actor's")
     ppo_max_token_len_per_gpu: int = fld(32768, doc="dynamic batching: tokens per micro-batch per GPU")
+    ulysses_sequence_parallel_size: int = fld(
+        1, doc="Ulysses sequence-parallel degree; only 1 (verl's default, none) is built, other values are refused"
+    )
     ppo_epochs: int | None = fld(None, doc="passes over each training batch; null = actor's")
     shuffle: bool | None = fld(None, doc="shuffle sequences between mini-batches; null = actor's")
     cliprange_value: float = fld(0.5, doc="value clip: new values stay within old +- cliprange_value")
