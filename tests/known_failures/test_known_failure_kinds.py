@@ -13,6 +13,8 @@ the listed input). Property and parametrized tests through the public API; deran
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -45,8 +47,9 @@ def gsm8k_score(*args, **kwargs) -> float:
 
 PROPS = settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 WIDTH = 3
-# Estimators that compare a response with its group (their all-equal groups of >= 2 must give exactly 0).
-GROUP_ZERO = {"grpo", "grpo_passk", "rloo", "opo", "gpg"}
+# Estimators that compare a response with its group (their all-equal groups of >= 2 must give exactly 0;
+# gdpo is not one: it whitens the summed components over the whole batch, as verl).
+GROUP_ZERO = {"grpo", "grpo_vectorized", "grpo_passk", "rloo", "rloo_vectorized", "opo", "gpg"}
 SCORES = st.sampled_from([-1.0, 0.0, 0.5, 1.0, 1e6, -1e-9, 3.0])
 
 
@@ -69,14 +72,21 @@ def _batch(spec: list[tuple[str, float, list[int]]]) -> DataProto:
         if n:
             rewards[i, n - 1] = score
     scores = np.array([s for _, s, _ in rows])
+    # What the estimators beyond token_level_rewards read: the old policy's log-probs and sum of squared
+    # probabilities (optimal token baselines; pi = 0.5 on a two-token vocabulary) and gdpo's reward component.
     return DataProto.from_dict(
         tensors={
             "token_level_rewards": torch.tensor(rewards),
             "response_mask": torch.tensor(mask),
             "values": torch.zeros(len(rows), WIDTH, dtype=torch.float64),
             "reward_baselines": torch.tensor(scores),
+            "old_log_probs": torch.full((len(rows), WIDTH), float(np.log(0.5)), dtype=torch.float64),
+            "sum_pi_squared": torch.full((len(rows), WIDTH), 0.5, dtype=torch.float64),
         },
-        non_tensors={"uid": np.array([u for u, _, _ in rows], dtype=object)},
+        non_tensors={
+            "uid": np.array([u for u, _, _ in rows], dtype=object),
+            "reward_extra/acc": scores.astype(float),
+        },
     )
 
 
@@ -93,7 +103,8 @@ def test_every_estimator_is_finite_and_zero_on_equal_groups_and_empty_rows(name:
         with pytest.raises(ValueError, match="at least 2 responses"):
             compute_advantage(data, name)
         return
-    adv = compute_advantage(data, name).batch["advantages"]
+    config = SimpleNamespace(gamma=1.0, lam=1.0, norm_adv_by_std_in_grpo=True, gdpo_reward_keys=["acc"])
+    adv = compute_advantage(data, name, config=config).batch["advantages"]
     assert torch.isfinite(adv).all(), adv
     empty = mask.sum(-1) == 0
     assert torch.equal(adv[empty], torch.zeros_like(adv[empty]))
@@ -167,7 +178,10 @@ MASKS = {
 @pytest.mark.parametrize("name", sorted(POLICY_LOSS_REGISTRY))
 def test_every_policy_loss_is_finite_with_empty_rows(name: str, mode: str, mask_name: str) -> None:
     """K08 kind: every policy loss x every aggregation mode, with an empty row or an all-empty mask."""
-    actor = load_config(overrides=[f"actor_rollout_ref.actor.loss_agg_mode={mode}"]).actor_rollout_ref.actor
+    overrides = [f"actor_rollout_ref.actor.loss_agg_mode={mode}"]
+    if name == "dro":  # verl's dro has no default beta
+        overrides.append("actor_rollout_ref.actor.policy_loss.dro_beta=0.1")
+    actor = load_config(overrides=overrides).actor_rollout_ref.actor
     g = torch.Generator().manual_seed(0)
     old = torch.randn(3, 4, generator=g, dtype=torch.float64)
     new = (old + 0.3 * torch.randn(3, 4, generator=g, dtype=torch.float64)).requires_grad_()

@@ -17,7 +17,8 @@ def test_worker_joins_the_group_with_nccl_timeout(monkeypatch: pytest.MonkeyPatc
     calls: list[dict] = []
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(dist, "init_process_group", lambda **kwargs: calls.append(kwargs))
-    cfg = load_config(overrides=["actor_rollout_ref.nccl_timeout=1234", "trainer.n_gpus_per_node=2"])
+    # The world comes from the environment (as under Ray); a one-worker config needs no FSDP plugin installed.
+    cfg = load_config(overrides=["actor_rollout_ref.nccl_timeout=1234"])
     worker = ActorRolloutRefWorker(cfg, role="actor")
     worker._init_process_group(type("P", (), {"dist_backend": "gloo"})())
     assert calls == [
