@@ -35,6 +35,10 @@ def test_defaults():
         "enable_sleep_mode": True,
         "sleep_level": 1,
         "seed": None,
+        "compilation_config": None,
+        "kv_cache_dtype": None,
+        "async_scheduling": None,
+        "additional_config": None,
     }
 
 

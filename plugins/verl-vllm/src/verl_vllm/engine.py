@@ -23,6 +23,7 @@ from verl.engines.prompts import check_prompt_batch
 from verl.engines.reference.postprocess import build_rollout_batch
 from verl.engines.reference.sampling import resolve_sampling_params
 from verl_vllm.backend import device_type, engine_environment, import_vllm
+from verl_vllm.engine_args import passthrough_arguments
 from verl_vllm.options import VLLMRolloutOptions
 from verl_vllm.rollout_keys import device_problems, engine_arguments, load_format, options_from_rollout
 from verl_vllm.translate import collect_outputs, max_tokens_per_row, row_seeds, sampling_kwargs, strip_left_padding
@@ -155,6 +156,9 @@ class VLLMRolloutEngine:
             "tensor_parallel_size": self.tp_size,
             "load_format": load_format(config),
             **engine_arguments(config),
+            # compilation_config (merged with rollout.cudagraph_capture_sizes), kv_cache_dtype, async_scheduling,
+            # additional_config: vLLM's own arguments, as verl's server passes engine_kwargs.vllm.
+            **passthrough_arguments(config, self.options),
         }
         if self.layout is not None:
             # SPMD inside the trainer's world: each process is one TP rank; consecutive tp_size ranks form one

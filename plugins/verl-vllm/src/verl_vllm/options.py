@@ -8,6 +8,8 @@ Names follow vLLM's engine arguments (``vllm.EngineArgs``) and verl's rollout co
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -47,6 +49,43 @@ def _threads_bind(inst: object, attribute: attrs.Attribute, value: Any) -> None:
         )
 
 
+def parse_mapping(name: str, value: Any) -> dict[str, Any] | None:
+    """``value`` as a dict: a mapping (copied), a JSON object string (verl's vLLM server takes both), or None.
+
+    Raises:
+        ValueError: anything else, naming ``engine_kwargs.vllm.<name>``.
+    """
+    if value is None or isinstance(value, dict):
+        return value
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"engine_kwargs.vllm.{name}={value!r} is not a JSON object ({exc})") from None
+        if isinstance(parsed, dict):
+            return parsed
+    raise ValueError(f"engine_kwargs.vllm.{name} must be a mapping (or a JSON object string) or null, got {value!r}")
+
+
+def _mapping(name: str) -> Any:
+    return lambda value: parse_mapping(name, value)
+
+
+def _optional_bool(inst: object, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"engine_kwargs.vllm.{attribute.name} must be true, false or null, got {value!r}")
+
+
+def _kv_cache_dtype(inst: object, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(
+            f"engine_kwargs.vllm.kv_cache_dtype must be one of vLLM's cache dtypes (auto, fp8, fp8_e4m3, "
+            f"fp8_e5m2, ...) or null, got {value!r}"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class VLLMRolloutOptions:
     """vLLM engine options (``actor_rollout_ref.rollout.engine_kwargs.vllm.<key>``).
@@ -75,6 +114,18 @@ class VLLMRolloutOptions:
         sleep_level: 1 = offload weights to CPU and drop the KV cache; 2 = discard weights too (then
             ``update_weights`` must follow each ``wake_up`` before generating, as in verl's hybrid engine).
         seed: engine seed; null = ``rollout.seed``.
+        compilation_config: vLLM's ``CompilationConfig`` fields (``vllm.LLM(compilation_config=...)``), a
+            mapping or a JSON object string as verl's vLLM server takes it; ``rollout.cudagraph_capture_sizes``
+            is merged in (setting ``cudagraph_capture_sizes`` both ways is an error naming both). vLLM checks
+            the field names when the engine starts. CUDA-graph fields are refused on cpu, and ``mode`` and
+            CUDA-graph fields are refused under ``enforce_eager`` (vLLM turns both off there).
+        kv_cache_dtype: KV-cache storage dtype (vLLM's ``kv_cache_dtype``, e.g. ``fp8``); null = vLLM's
+            ``auto`` (the model dtype). On cpu only ``auto``, ``fp8``, ``fp8_e4m3``, ``fp8_e5m2`` (what vLLM's
+            CPU attention backend stores) are accepted.
+        async_scheduling: vLLM's asynchronous scheduling (the next step is scheduled while the current one
+            runs); null = vLLM's default. ``true`` is refused on cpu, where vLLM always turns it off.
+        additional_config: vLLM's ``additional_config`` mapping, passed as is (read by vLLM's platform
+            plugins, e.g. vllm-ascend, and some models); null = none.
     """
 
     dtype: str | None = attrs.field(default=None, validator=_dtype)
@@ -90,6 +141,12 @@ class VLLMRolloutOptions:
     enable_sleep_mode: bool = attrs.field(default=True)
     sleep_level: int = attrs.field(default=1, validator=attrs.validators.in_(SLEEP_LEVELS))
     seed: int | None = attrs.field(default=None)
+    compilation_config: dict[str, Any] | str | None = attrs.field(
+        default=None, converter=_mapping("compilation_config")
+    )
+    kv_cache_dtype: str | None = attrs.field(default=None, validator=_kv_cache_dtype)
+    async_scheduling: bool | None = attrs.field(default=None, validator=_optional_bool)
+    additional_config: dict[str, Any] | str | None = attrs.field(default=None, converter=_mapping("additional_config"))
 
     def __attrs_post_init__(self) -> None:
         for name in ("kv_cache_space_gib", "max_num_seqs", "max_model_len", "max_num_batched_tokens"):

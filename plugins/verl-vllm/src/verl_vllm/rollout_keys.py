@@ -18,7 +18,7 @@ name (``vllm.engine.arg_utils.EngineArgs``), through the option of the same name
 | load_format | ``load_format`` | ``auto``/``hf`` -> ``auto``, ``safetensors`` -> ``safetensors`` |
 | ignore_eos | ``SamplingParams.ignore_eos`` | per request |
 | disable_log_stats | ``disable_log_stats`` | verl's default true is vLLM's ``LLM`` default |
-| cudagraph_capture_sizes | ``compilation_config.cudagraph_capture_sizes`` | as verl's vLLM server passes it; cuda only (no CUDA graphs on cpu, refused there) |
+| cudagraph_capture_sizes | ``compilation_config.cudagraph_capture_sizes`` | as verl's vLLM server passes it, merged into ``engine_kwargs.vllm.compilation_config`` (:mod:`verl_vllm.engine_args`); cuda only (no CUDA graphs on cpu, refused there) |
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from verl_vllm.engine_args import both_ways_problems, passthrough_problems
 from verl_vllm.options import VLLMRolloutOptions
 
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -52,7 +53,8 @@ def check_vllm_rollout_config(rollout: Any) -> list[tuple[str, str]]:
     """``(dotted key, message)`` for rollout keys the ``vllm`` engine cannot take (the spec's ``check_config``).
 
     A key set both as ``rollout.<key>`` and ``rollout.engine_kwargs.vllm.<key>`` is refused (which one wins
-    would be a guess), and ``load_format`` must be one vLLM reads a HF checkpoint with.
+    would be a guess), so is ``cudagraph_capture_sizes`` set also in ``engine_kwargs.vllm.compilation_config``,
+    and ``load_format`` must be one vLLM reads a HF checkpoint with.
     """
     raw = _vllm_kwargs(rollout)
     problems = [
@@ -64,6 +66,7 @@ def check_vllm_rollout_config(rollout: Any) -> list[tuple[str, str]]:
         for key in SHARED_KEYS
         if getattr(rollout, key, None) is not None and key in raw
     ]
+    problems += both_ways_problems(rollout)
     fmt = getattr(rollout, "load_format", "auto")
     if fmt not in LOAD_FORMATS:
         problems.append(
@@ -107,10 +110,11 @@ def engine_arguments(rollout: Any) -> dict[str, Any]:
 
 
 def device_problems(rollout: Any, options: VLLMRolloutOptions, device: str) -> list[str]:
-    """Why these keys cannot run on ``device`` (``cpu``/``cuda``); [] when they can."""
+    """Why these keys (and the pass-through options of :mod:`verl_vllm.engine_args`) cannot run on ``device``
+    (``cpu``/``cuda``); [] when they can."""
+    problems = passthrough_problems(options, device)
     if device != "cpu":
-        return []
-    problems = []
+        return problems
     if getattr(rollout, "gpu_memory_utilization", None) is not None:
         problems.append(
             f"{ROLLOUT}.gpu_memory_utilization sizes vLLM's GPU memory, but this engine runs on cpu, where the KV "
