@@ -7,10 +7,14 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from verl.config.base import DEFAULT_RUN_CONFIG_NAME, ConfigBase, named_base, schema_base
+
+#: python -m verl.trainer.main_ppo, the other way to start from verl's defaults (named in notes).
+MAIN_PPO = "python -m verl.trainer.main_ppo"
 
 BASE_HELP = (
     "Base config: with no CONFIG, the built-in GRPO run config "
@@ -48,8 +52,8 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
     return None, list(items)
 
 
-def choose_base(path: str | None, schema_defaults: bool) -> ConfigBase:
-    """The base of a CLI run (see :mod:`verl.config.base` for the rule).
+def choose_base(path: str | None, schema_defaults: bool, search_path: Sequence[str | Path] = ()) -> ConfigBase:
+    """The base of a CLI run (see :mod:`verl.config.base` for the rule), with the files a CONFIG composes.
 
     Raises:
         ConfigError: the file cannot be read or its defaults list is refused.
@@ -57,7 +61,12 @@ def choose_base(path: str | None, schema_defaults: bool) -> ConfigBase:
     from verl.config.loader import config_base
 
     if schema_defaults:
-        return schema_base("--schema-defaults")
+        forced = schema_base("--schema-defaults")
+        if path is None:
+            return forced
+        from verl.config.compose import compose
+
+        return compose(path, search_path=search_path, forced_base=forced).base
     if path is None:
         return named_base(DEFAULT_RUN_CONFIG_NAME, "no CONFIG file given")
     return config_base(
@@ -65,6 +74,7 @@ def choose_base(path: str | None, schema_defaults: bool) -> ConfigBase:
         schema_base(
             f"'{path}' has no defaults: list (add defaults: [{DEFAULT_RUN_CONFIG_NAME}, _self_] to start from it)"
         ),
+        search_path=search_path,
     )
 
 
@@ -74,14 +84,90 @@ def load_run_config(
     """``(RootConfig, base)`` from the parsed shared arguments, built as ``verl train`` builds it.
 
     ``filled`` gains the keys whose null got a value from the world size, and why (``load_config``'s).
+    ``python -m verl.trainer.main_ppo`` (:mod:`verl.cli.hydra_args`) also sets ``args.base`` (the config its
+    ``--config-name`` names), ``args.search_path`` (``hydra.searchpath``) and ``args.checkpoints_follow_run_dir``
+    (``False`` for ``hydra.run.dir``: verl keeps checkpoints at ``trainer.default_local_dir`` whatever
+    Hydra's output folder). With no CONFIG file, the built-in CPU run config as base and overrides that look
+    like a verl script's (:func:`verl_script_signs`), or a config error, one note on stderr says where the
+    overrides went and how to start from verl's defaults instead.
 
     Raises:
         ConfigError: any config error (file, defaults list, unknown key, type, validation rule).
     """
-    from verl.config import load_config
+    from verl.config import ConfigError, load_config
 
     path, overrides = split_items(args.items)
-    base = choose_base(path, args.schema_defaults)
+    search_path = tuple(getattr(args, "search_path", ()) or ())
+    forced = getattr(args, "base", None)
+    base = forced or choose_base(path, args.schema_defaults, search_path)
     run_dir = None if args.run_dir is None else Path(args.run_dir)
-    cfg = load_config(path, overrides, base=base, run_dir=run_dir, on_warning=on_warning, filled=filled)
+    if not getattr(args, "checkpoints_follow_run_dir", True):
+        run_dir = None
+    over_builtin = path is None and forced is None and base.path is not None
+    signs = verl_script_signs(overrides) if over_builtin else []
+    try:
+        cfg = load_config(
+            path,
+            overrides,
+            base=None if path is not None and forced is None and not args.schema_defaults else base,
+            search_path=search_path,
+            run_dir=run_dir,
+            on_warning=on_warning,
+            filled=filled,
+        )
+    except ConfigError:
+        if over_builtin and overrides:
+            print(builtin_base_note(base, signs), file=sys.stderr)
+        raise
+    if signs:
+        print(builtin_base_note(base, signs), file=sys.stderr)
     return cfg, base
+
+
+def verl_script_signs(overrides: Sequence[str]) -> list[str]:
+    """The overrides that suggest a verl run script (written for verl's ``ppo_trainer`` defaults).
+
+    ``trainer.n_gpus_per_node`` or ``trainer.nnodes`` above 1, any ``trainer.device`` or ``trainer.total_epochs``,
+    a ``rollout.name`` other than ``hf``; ``+``/``++`` prefixes are looked through. Unparsable ones are skipped
+    (the loader reports them).
+    """
+    from verl.config import ConfigError
+    from verl.config.overrides import parse_override
+
+    signs: list[str] = []
+    for text in overrides:
+        try:
+            override = parse_override(text)
+        except ConfigError:
+            continue
+        key, value = override.key, override.value
+        if key in ("trainer.n_gpus_per_node", "trainer.nnodes"):
+            sign = isinstance(value, int) and not isinstance(value, bool) and value > 1
+        elif key in ("trainer.device", "trainer.total_epochs"):
+            sign = True
+        else:
+            sign = key == "actor_rollout_ref.rollout.name" and value != "hf"
+        if sign:
+            signs.append(text)
+    return signs
+
+
+def builtin_base_note(base: ConfigBase, signs: Sequence[str] = ()) -> str:
+    """The note printed when overrides were applied over a built-in run config with no CONFIG file."""
+    from verl.config.loader import read_yaml_file
+
+    tree = read_yaml_file(base.path) if base.path is not None else {}
+    trainer = tree.get("trainer") or {}
+    actor = (tree.get("actor_rollout_ref") or {}).get("actor") or {}
+    traits = [f"trainer.device={trainer.get('device')}"] if "device" in trainer else []
+    if "total_training_steps" in trainer:
+        traits.append(f"trainer.total_training_steps={trainer['total_training_steps']}")
+    if actor.get("use_dynamic_bsz"):
+        traits.append("dynamic batch sizes")
+    verb = "looks" if len(signs) == 1 else "look"
+    which = f" ({', '.join(signs)} {verb} like a verl script's)" if signs else ""
+    return (
+        f"note: the overrides{which} were applied over the built-in CPU run config {base.name} "
+        f"({', '.join(traits) or base.path}), which is what verl train runs with no CONFIG file; for verl's "
+        f"defaults (what verl's scripts assume) add --schema-defaults or use {MAIN_PPO}"
+    )

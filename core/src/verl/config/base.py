@@ -9,16 +9,16 @@ A run's config is built in layers: base <- CONFIG file <- ``key=value`` override
 
 The rule (``verl train`` / ``verl config show``): with no CONFIG file the base is the default run config;
 a file names its base the way verl's own YAML files do, with a Hydra defaults list
-(``defaults: [ppo_trainer, _self_]`` or ``defaults: [gsm8k_grpo_smollm2_cpu, _self_]``); a file without one
+(``defaults: [ppo_trainer, _self_]`` or ``defaults: [gsm8k_grpo_smollm2_cpu, _self_]``), which may also name
+the user's own YAML files, composed as Hydra composes them (:mod:`verl.config.compose`); a file without one
 starts from ``ppo_trainer``, as it would in verl. ``--schema-defaults`` forces ``ppo_trainer``. The base
-used is printed (one line) and written at the top of the run's ``config.yaml``.
+used (and, for a chain, every file composed) is printed (one line) and written at the top of the run's
+``config.yaml``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -30,7 +30,6 @@ SCHEMA_BASE_NAME = "ppo_trainer"
 RUN_CONFIG_DIR = Path(__file__).resolve().parent.parent / "trainer" / "config"
 #: What ``verl train`` runs when no CONFIG file is given.
 DEFAULT_RUN_CONFIG_NAME = "gsm8k_grpo_smollm2_cpu"
-_SELF = "_self_"
 
 
 @attrs.frozen
@@ -41,11 +40,14 @@ class ConfigBase:
         name: ``"ppo_trainer"`` (the bare schema) or the stem of a shipped run config.
         path: the run config's YAML file; ``None`` for ``ppo_trainer``.
         reason: why this base was chosen (printed after it), e.g. ``"no CONFIG file given"``.
+        chain: every layer composed from a CONFIG file's defaults lists, in merge order (built-in configs by
+            name, files by path), when it is more than the base and the file itself; ``()`` otherwise.
     """
 
     name: str
     path: Path | None
     reason: str
+    chain: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line naming the base and why it was chosen, e.g. for the console and ``config.yaml``."""
@@ -60,7 +62,8 @@ class ConfigBase:
             )
         else:
             what = f"{self.name} (built-in run config {self.path})"
-        return f"base config: {what}; {self.reason}"
+        composed = f"; composed in this order: {' <- '.join(self.chain)}" if self.chain else ""
+        return f"base config: {what}{composed}; {self.reason}"
 
 
 def run_configs() -> dict[str, Path]:
@@ -87,40 +90,3 @@ def named_base(name: str, reason: str, *, key: str = "defaults") -> ConfigBase:
         known = ", ".join([SCHEMA_BASE_NAME, *configs])
         raise ConfigError(f"{key}: unknown base config {name!r}; known: {known}", key=key)
     return ConfigBase(stem, configs[stem], reason)
-
-
-def base_from_defaults(defaults: Any, file: str | Path) -> ConfigBase:
-    """The base named by a file's Hydra ``defaults:`` list.
-
-    Accepted: ``[ppo_trainer, _self_]``, ``[<run config>, _self_]``, either without ``_self_``, and
-    ``[_self_]`` alone (= ``ppo_trainer``). ``_self_`` last means the file's values win over the base, which
-    is Hydra's default order and the only one supported.
-
-    Raises:
-        ConfigError: (key ``defaults``) not a list of names, ``_self_`` not last, more than one base, an
-            ``override`` entry (Hydra config groups such as ``model_engine``; set the backend key instead,
-            e.g. ``actor_rollout_ref.actor.strategy=megatron``), or an unknown base name.
-    """
-    where = f"config file '{file}': defaults"
-    entries = list(defaults) if isinstance(defaults, list | tuple) else None
-    if entries is None:
-        raise ConfigError(f"{where} must be a list such as [ppo_trainer, _self_], got {defaults!r}", key="defaults")
-    for entry in entries:
-        if not isinstance(entry, str):
-            text = ", ".join(f"{k}: {v}" for k, v in entry.items()) if isinstance(entry, Mapping) else repr(entry)
-            raise ConfigError(
-                f"{where}: entry {{{text}}} selects a Hydra config group, which verl.config does not have; "
-                "keep the base name (ppo_trainer) and set the value itself in the file (a backend: "
-                "actor_rollout_ref.actor.strategy / actor_rollout_ref.rollout.name)",
-                key="defaults",
-            )
-    if _SELF in entries and entries[-1] != _SELF:
-        raise ConfigError(
-            f"{where}: '_self_' must come last (the file's values override its base); got {entries}",
-            key="defaults",
-        )
-    names = [e for e in entries if e != _SELF]
-    if len(names) > 1:
-        raise ConfigError(f"{where}: name one base config, got {names}", key="defaults")
-    reason = f"named by the defaults list of '{file}'"
-    return named_base(names[0], reason) if names else schema_base(reason)

@@ -1,6 +1,7 @@
 """``load_config``: base <- YAML file <- dotted overrides, then structure, resolve and validate.
 
-The base (bare schema, or a shipped run config) is chosen as :mod:`verl.config.base` describes.
+The base (bare schema, or a shipped run config) is chosen as :mod:`verl.config.base` describes; a file's
+``defaults:`` list (and ``hydra.searchpath``) is composed as :mod:`verl.config.compose` describes.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import copy
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import yaml
 
 from verl.config.aliases import apply_section_aliases, apply_strategy_names
 from verl.config.backend_options import validate_backend_options, validate_registered_names
-from verl.config.base import ConfigBase, base_from_defaults, schema_base
+from verl.config.base import ConfigBase, schema_base
+from verl.config.compose import Composition, compose, defaults_entries, search_path_of
 from verl.config.converter import structure
 from verl.config.dump import to_dict
 from verl.config.errors import ConfigError, ConfigIssue
@@ -40,6 +42,7 @@ def load_config(
     overrides: Sequence[str] = (),
     *,
     base: ConfigBase | None = None,
+    search_path: Sequence[str | Path] = (),
     run_dir: str | os.PathLike[str] | None = None,
     plugin_manager: Any | None = None,
     on_warning: Callable[[str], None] | None = None,
@@ -48,7 +51,8 @@ def load_config(
     """Build a validated, resolved config.
 
     Order: the base (schema defaults, or a shipped run config over them), then the YAML file at
-    ``path`` merged on top (mappings merge key by key), then each ``key=value`` override in order
+    ``path`` merged on top (mappings merge key by key; with the files its ``defaults:`` list names, in the
+    order Hydra composes them: :func:`verl.config.compose.compose`), then each ``key=value`` override in order
     (``+key=value`` accepted). Unknown keys, wrong types and inconsistent values are all reported
     in one :class:`ConfigError`.
 
@@ -56,7 +60,10 @@ def load_config(
         path: YAML file, or None for the base alone.
         overrides: Hydra-style dotted overrides, e.g. ``["actor_rollout_ref.rollout.n=4"]``.
         base: the bottom layer; None = what the file's ``defaults:`` list names (:func:`config_base`),
-            else the bare schema. Given, it wins over the file's list (the CLI's ``--schema-defaults``).
+            else the bare schema. Given, it wins over the built-in bases the file's list names (the CLI's
+            ``--schema-defaults``); the user's own files in that list still compose.
+        search_path: resolved search-path entries (:func:`verl.config.compose.resolve_search_entry`) for the
+            names in ``defaults:`` lists, e.g. from ``hydra.searchpath=[...]`` on a command line.
         run_dir: the run folder ``verl train --run-dir`` was given; an unset ``trainer.default_local_dir``
             becomes ``<run_dir>/checkpoints`` (:mod:`verl.config.run_dir`).
         plugin_manager: for :func:`validate_backend_options`; None = the process-wide one.
@@ -73,16 +80,25 @@ def load_config(
     """
     tree = to_dict(RootConfig())
     origins: dict[str, str] = {}
-    base = base or config_base(path, schema_base("no defaults: list in the file" if path else "no file given"))
-    base_tree = read_yaml_file(base.path) if base.path is not None else {}
-    deep_merge(tree, copy.deepcopy(base_tree))
-    if path is not None:
-        file_tree = read_yaml_file(path)
-        _record_origins(file_tree, "", origins, f"from file '{path}'")
-        deep_merge(tree, file_tree)
+    base_tree: dict[str, Any] = {}
+    if path is None:
+        base = base or schema_base("no file given")
+        base_tree = read_yaml_file(base.path) if base.path is not None else {}
+        deep_merge(tree, copy.deepcopy(base_tree))
+    else:
+        for layer in compose(path, search_path=search_path, forced_base=base).layers:
+            if layer.builtin:
+                if layer.path is not None:  # a shipped run config: its folders may follow the run folder
+                    deep_merge(base_tree, copy.deepcopy(layer.tree))
+            else:
+                _record_origins(layer.tree, "", origins, f"from file '{layer.path}'")
+            deep_merge(tree, copy.deepcopy(layer.tree))
+    added: set[str] = set()  # keys given as +key=value, for the unknown-key message
     for text in overrides:
         override = parse_override(text)
         origins[override.key] = f"from override '{text}'"
+        if override.added:
+            added.add(override.key)
         try:
             apply_override(tree, override)
         except ConfigError as exc:
@@ -91,7 +107,7 @@ def load_config(
     apply_strategy_names(tree, origins)
     apply_section_aliases(tree, origins)
     follow_run_dir(tree, origins, run_dir, base_tree)
-    cfg = resolve_config(build_config(tree, origins), filled)
+    cfg = resolve_config(build_config(tree, origins, added), filled)
     issues: list[ConfigIssue] = []
     warnings: list[str] = []
     # Independent checks: run all of them so one error message lists everything to fix.
@@ -111,36 +127,50 @@ def load_config(
     return cfg
 
 
-def config_base(path: str | os.PathLike[str] | None, fallback: ConfigBase) -> ConfigBase:
-    """The base a config file names with its Hydra ``defaults:`` list, else ``fallback``.
+def config_base(
+    path: str | os.PathLike[str] | None, fallback: ConfigBase, *, search_path: Sequence[str | Path] = ()
+) -> ConfigBase:
+    """The base a config file names with its Hydra ``defaults:`` list (with the composed chain), else ``fallback``.
 
     Raises:
-        ConfigError: unreadable file, or a defaults list :func:`~verl.config.base.base_from_defaults` refuses.
+        ConfigError: what :func:`verl.config.compose.compose` raises.
     """
     if path is None:
         return fallback
-    data = _read_mapping(path)
-    return base_from_defaults(data["defaults"], path) if "defaults" in data else fallback
+    return composition(path, fallback, search_path=search_path).base
+
+
+def composition(
+    path: str | os.PathLike[str], fallback: ConfigBase, *, search_path: Sequence[str | Path] = ()
+) -> Composition:
+    """:func:`verl.config.compose.compose` of ``path``, reporting ``fallback``'s reason when it has no list."""
+    return compose(path, search_path=search_path, fallback_reason=fallback.reason)
 
 
 def read_yaml_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a config YAML file into a dict (empty file = ``{}``), without its ``defaults:`` list.
+    """Read one config YAML file into a dict (empty file = ``{}``), without ``defaults:`` and ``hydra:``.
 
-    Hydra's ``_target_`` keys are dropped (instantiation metadata with no meaning here). A Hydra
-    ``defaults:`` list names the file's base (:func:`config_base`); one naming anything but a base
-    config is rejected with the reason. ``${...}`` interpolations are rejected by :func:`build_config`.
+    Hydra's ``_target_`` keys are dropped (instantiation metadata with no meaning here). The ``defaults:``
+    list and ``hydra.searchpath`` are checked here and composed by :func:`load_config`
+    (:mod:`verl.config.compose`). ``${...}`` interpolations are rejected by :func:`build_config`.
 
     Raises:
         ConfigError: missing/unreadable file, YAML syntax error (with line), not a mapping, a defaults
-            list that :func:`~verl.config.base.base_from_defaults` refuses.
+            list or ``hydra:`` section that :mod:`verl.config.compose` refuses.
     """
-    data = _read_mapping(path)
+    data = read_mapping(path)
     if "defaults" in data:
-        base_from_defaults(data["defaults"], path)  # refuse what it cannot honour, even when the CLI forces a base
-    return _strip_targets({k: v for k, v in data.items() if k != "defaults"})
+        defaults_entries(data["defaults"], path)
+    search_path_of(data, path)
+    return strip_targets({k: v for k, v in data.items() if k not in ("defaults", "hydra")})
 
 
-def _read_mapping(path: str | os.PathLike[str]) -> Mapping[str, Any]:
+def read_mapping(path: str | os.PathLike[str]) -> Mapping[str, Any]:
+    """The top-level mapping of a YAML file, as written (``defaults:`` and ``hydra:`` included).
+
+    Raises:
+        ConfigError: (key ``<file>``) unreadable file, invalid YAML, not a mapping.
+    """
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -160,8 +190,9 @@ def _read_mapping(path: str | os.PathLike[str]) -> Mapping[str, Any]:
     return data
 
 
-def _strip_targets(node: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (_strip_targets(v) if isinstance(v, Mapping) else v) for k, v in node.items() if k != "_target_"}
+def strip_targets(node: Mapping[str, Any]) -> dict[str, Any]:
+    """``node`` as plain dicts without Hydra's ``_target_`` keys (instantiation metadata, no meaning here)."""
+    return {k: (strip_targets(v) if isinstance(v, Mapping) else v) for k, v in node.items() if k != "_target_"}
 
 
 def _record_origins(node: Mapping[str, Any], prefix: str, origins: dict[str, str], origin: str) -> None:
@@ -202,15 +233,19 @@ def _find_interpolations(node: Any, prefix: str) -> list[ConfigIssue]:
     return []
 
 
-def build_config(tree: Mapping[str, Any], origins: Mapping[str, str] | None = None) -> RootConfig:
+def build_config(
+    tree: Mapping[str, Any], origins: Mapping[str, str] | None = None, added: Collection[str] = ()
+) -> RootConfig:
     """Structure a merged plain tree into :class:`RootConfig` (no resolving or cross-field validation).
+
+    ``added``: keys given with Hydra's ``+`` prefix; an unknown one says that ``+`` cannot add keys here.
 
     Raises:
         ConfigError: every unknown key, wrong type and interpolation, each tagged with where
             it was set (file or override) when known.
     """
     origins = origins or {}
-    issues = find_unknown_keys(tree) + _find_interpolations(tree, "")
+    issues = find_unknown_keys(tree, added=added) + _find_interpolations(tree, "")
     try:
         cfg = structure(prune_unknown(tree), RootConfig)
     except ConfigError as exc:
