@@ -18,6 +18,7 @@ cannot shadow each other unnoticed.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from enum import Enum
 from typing import Any, TypeVar
@@ -157,20 +158,26 @@ def _lookup(registry: dict[str, Callable[..., Any]], kind: str, what: str, name_
             _check_plugin_conflict(pm, kind, what, name, registry[name])
         return registry[name]
     plugin_names: list[str] = []
-    detail = "plugin system not available (verl.plugins could not be imported)"
+    notes = ["(plugin-provided names are not listed: verl.plugins could not be imported)"]
     if pm is not None:
         try:
             return pm.get(kind, name).fn
         except _conflict_types():
             raise  # two providers for one name: the manager's message names both; never "unknown"
         except (KeyError, ValueError) as err:
-            detail = str(err)
+            # The manager's first line lists its names; they are listed once below, merged with the local
+            # ones. Its other lines (plugins that failed to load or were disabled, install hints) are kept.
+            notes = str(err).splitlines()[1:] if isinstance(err, ValueError) else []
             try:
                 plugin_names = sorted(pm.available(kind))
             except Exception:  # listing names is best effort inside an error path
                 plugin_names = []
     known = sorted(set(registry) | set(plugin_names))
-    raise ValueError(f"Unknown {what} {name!r}. Registered names: {known}. Plugin lookup: {detail}")
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:  # one suggestion, over local and plugin names alike
+        notes = [line for line in notes if not line.startswith("Did you mean")]
+    first = f"Unknown {what} {name!r}; registered names: {', '.join(known)}."
+    raise ValueError("\n".join([first + (f" Did you mean {close[0]!r}?" if close else ""), *notes]))
 
 
 def get_adv_estimator_fn(name_or_enum: str | Enum) -> Callable[..., Any]:
@@ -178,8 +185,8 @@ def get_adv_estimator_fn(name_or_enum: str | Enum) -> Callable[..., Any]:
     :class:`~verl.algorithms.AdvantageEstimator` member; local first, then plugins).
 
     Raises:
-        ValueError: unknown name; the message lists every registered name and the plugin manager's
-            explanation (including plugins that failed to import).
+        ValueError: unknown name; the message lists every registered name once (local and plugin-provided),
+            a close spelling, and the plugin manager's notes (plugins that failed to import, install hints).
         verl.plugins.PluginConflictError (a ValueError): a plugin provides the name with a different
             function than the local registry, or two plugins provide it; the message names both.
     """

@@ -228,7 +228,7 @@ def validate_registered_names(cfg: RootConfig, registry: Any | None = None) -> N
             that raise on unknown names; None = ``verl.algorithms`` (skipped if not importable).
 
     Raises:
-        ConfigError: naming the key and quoting the registry's message.
+        ConfigError: naming the key and quoting the registry's message (which lists the registered names).
     """
     registry = registry if registry is not None else default_algorithm_registry()
     if registry is None:
@@ -249,5 +249,7 @@ def validate_registered_names(cfg: RootConfig, registry: Any | None = None) -> N
         try:
             fn(name)
         except Exception as exc:
-            report.error(key, f"{name!r} is not a registered {what}: {exc}")
+            text = str(exc)
+            # The registry's own message names the value and lists the known names; say it once.
+            report.error(key, text if repr(name) in text else f"{name!r} is not a registered {what}: {text}")
     report.raise_if_errors()

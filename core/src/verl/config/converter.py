@@ -10,6 +10,7 @@ expected type and the value received.
 
 from __future__ import annotations
 
+import difflib
 import math
 import types
 import typing
@@ -31,13 +32,20 @@ from verl.config.errors import ConfigError, ConfigIssue
 
 
 class ValueTypeError(TypeError):
-    """A value does not match the annotated type. ``subpath``: keys/indices below the field."""
+    """A value does not match the annotated type. ``subpath``: keys/indices below the field; ``hint``: an
+    optional sentence shown after the message (a close spelling of a choice)."""
 
-    def __init__(self, expected: str, value: Any, subpath: tuple[str | int, ...] = ()) -> None:
+    def __init__(self, expected: str, value: Any, subpath: tuple[str | int, ...] = (), hint: str = "") -> None:
         self.expected = expected
         self.value = value
         self.subpath = subpath
-        super().__init__(f"expected {expected}, got {describe_value(value)}")
+        self.hint = hint
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """``expected one of 'a', 'b', got 'c' (str)`` plus the hint, if any."""
+        text = f"expected {self.expected}, got {describe_value(self.value)}"
+        return f"{text}. {self.hint}" if self.hint else text
 
 
 def describe_value(value: Any) -> str:
@@ -111,10 +119,16 @@ def _is_literal(tp: Any) -> bool:
 
 def _structure_literal(value: Any, tp: Any) -> Any:
     # Compare type too: True == 1 must not pass as the choice 1.
-    for choice in typing.get_args(tp):
+    choices = typing.get_args(tp)
+    for choice in choices:
         if type(value) is type(choice) and value == choice:
             return value
-    raise ValueTypeError(type_name(tp), value)
+    close = (
+        difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1)
+        if isinstance(value, str)
+        else []
+    )
+    raise ValueTypeError(type_name(tp), value, hint=f"Did you mean {close[0]!r}?" if close else "")
 
 
 def _is_tuple(tp: Any) -> bool:
@@ -138,7 +152,7 @@ def _make_tuple_hook(converter: cattrs.Converter):
             try:
                 out.append(converter.structure(item, item_type))
             except ValueTypeError as exc:
-                raise ValueTypeError(exc.expected, exc.value, (index, *exc.subpath)) from None
+                raise ValueTypeError(exc.expected, exc.value, (index, *exc.subpath), exc.hint) from None
         return tuple(out)
 
     return hook
@@ -161,7 +175,7 @@ def _make_dict_hook(converter: cattrs.Converter):
             try:
                 out[key] = item if value_type is Any else converter.structure(item, value_type)
             except ValueTypeError as exc:
-                raise ValueTypeError(exc.expected, exc.value, (key, *exc.subpath)) from None
+                raise ValueTypeError(exc.expected, exc.value, (key, *exc.subpath), exc.hint) from None
         return out
 
     return hook
@@ -262,7 +276,7 @@ def issues_from_exception(exc: BaseException, prefix: tuple[str | int, ...] = ()
     for path, sub in _flatten(exc, prefix):
         if isinstance(sub, ValueTypeError):
             key = format_path(path + sub.subpath)
-            issues.append(ConfigIssue(key, f"{key}: expected {sub.expected}, got {describe_value(sub.value)}"))
+            issues.append(ConfigIssue(key, f"{key}: {sub.describe()}"))
         elif isinstance(sub, ForbiddenExtraKeysError):
             for extra in sorted(sub.extra_fields):
                 key = format_path((*path, extra))
@@ -282,8 +296,6 @@ def structure(data: Any, cls: type, prefix: tuple[str | int, ...] = ()) -> Any:
         return CONVERTER.structure(data, cls)
     except ValueTypeError as exc:  # top-level value is not a mapping
         key = format_path(prefix + exc.subpath) or "<root>"
-        raise ConfigError(
-            ConfigIssue(key, f"{key}: expected {exc.expected}, got {describe_value(exc.value)}")
-        ) from None
+        raise ConfigError(ConfigIssue(key, f"{key}: {exc.describe()}")) from None
     except Exception as exc:  # cattrs groups: translate, never leak a cattrs traceback
         raise ConfigError(issues_from_exception(exc, prefix)) from None

@@ -66,12 +66,21 @@ class IssueCollector:
         self.warnings: list[str] = []
 
     def error(self, key: str, message: str) -> None:
-        """Record an error about ``key``; the message is prefixed with the key."""
-        self.errors.append(ConfigIssue(key, f"{key}: {message}"))
+        """Record an error about ``key``; the message is prefixed with the key.
+
+        A message starting with ``=`` quotes the value (``"='dapoo': no such ..."``) and is joined to the key
+        without a separator, so it reads ``reward_model.reward_manager='dapoo': no such ...``.
+        """
+        self.errors.append(ConfigIssue(key, _keyed(key, message)))
 
     def warn(self, key: str, message: str) -> None:
-        self.warnings.append(f"{key}: {message}")
+        """Record a warning about ``key``, prefixed as in :meth:`error`."""
+        self.warnings.append(_keyed(key, message))
 
     def raise_if_errors(self) -> None:
         if self.errors:
             raise ConfigError(self.errors)
+
+
+def _keyed(key: str, message: str) -> str:
+    return f"{key}{message}" if message.startswith("=") else f"{key}: {message}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import typing
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import attrs
@@ -26,6 +26,13 @@ _ENGINE_SECTIONS = {
 }
 # verl keeps some backends' options in their own sections; here they are engine_kwargs.<backend>.
 _BACKEND_SECTIONS = {"fsdp_config": "fsdp", "megatron": "megatron", "fsdp": "fsdp"}
+#: Added to an unknown key given as ``+key=value``: in Hydra ``+`` adds a key to the config; here it cannot.
+PLUS_CANNOT_ADD = (
+    "Hydra's '+' adds a key the config lacks, but this config's schema is closed: '+' cannot add keys here. "
+    "Use a key the schema defines (`verl config show` prints them all), put backend options under "
+    "engine_kwargs.<backend> (e.g. actor_rollout_ref.actor.engine_kwargs.fsdp.<option>) and reward-function "
+    "options under custom_reward_function.reward_kwargs.<name>."
+)
 
 
 def section_class(tp: Any) -> type | None:
@@ -104,29 +111,40 @@ def _lookup(root: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     return node
 
 
-def find_unknown_keys(raw: Mapping[str, Any], cls: type = RootConfig, parent: str = "") -> list[ConfigIssue]:
+def find_unknown_keys(
+    raw: Mapping[str, Any], cls: type = RootConfig, parent: str = "", *, added: Collection[str] = ()
+) -> list[ConfigIssue]:
     """Issues for keys of ``raw`` that ``cls`` (recursively) does not define.
 
     Free-form dicts (``override_config``, ``engine_kwargs``, ...) are not checked here; a
     section given a non-mapping value is left to the type check.
+
+    Args:
+        added: dotted keys given with Hydra's ``+``/``++`` prefix (:attr:`verl.config.overrides.Override.added`);
+            an unknown key among them (or a section above one) also gets :data:`PLUS_CANNOT_ADD`.
     """
-    return _find(raw, cls, parent, raw)
+    return _find(raw, cls, parent, raw, frozenset(added))
 
 
-def _find(raw: Mapping[str, Any], cls: type, parent: str, root: Mapping[str, Any]) -> list[ConfigIssue]:
+def _find(
+    raw: Mapping[str, Any], cls: type, parent: str, root: Mapping[str, Any], added: frozenset[str]
+) -> list[ConfigIssue]:
     fields = _field_types(cls)
     issues: list[ConfigIssue] = []
     for key, value in raw.items():
         name = str(key)
         full = f"{parent}.{name}" if parent else name
         if name not in fields:
-            hint = _suggest(parent, name, list(fields), root)
+            hints = [_suggest(parent, name, list(fields), root)]
+            if any(k == full or k.startswith(full + ".") for k in added):
+                hints.append(PLUS_CANNOT_ADD)
+            hint = " ".join(h for h in hints if h)
             what = "section" if isinstance(value, Mapping) else "key"
             issues.append(ConfigIssue(full, f"unknown config {what} '{full}'." + (f" {hint}" if hint else "")))
             continue
         sub = section_class(fields[name])
         if sub is not None and isinstance(value, Mapping):
-            issues.extend(_find(value, sub, full, root))
+            issues.extend(_find(value, sub, full, root, added))
     return issues
 
 

@@ -3,6 +3,10 @@
 ``actor_rollout_ref.rollout.n=4``, ``+trainer.logger=[console,tensorboard]`` (``+``/``++``
 "add" prefixes are accepted for existing keys too), ``actor_rollout_ref.actor.optim.lr=1e-6``.
 Values are typed like YAML 1.2 scalars (:func:`verl.config.yaml_io.parse_scalar`).
+
+In Hydra, ``+key=value`` adds a key the config lacks. The schema here is closed, so ``+`` cannot add a key
+it does not define; :attr:`Override.added` keeps the prefix so the unknown-key error can say so
+(:func:`verl.config.keys.find_unknown_keys`).
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ _KEY_PART = re.compile(r"^[A-Za-z0-9_\-]+$")
 
 @attrs.frozen
 class Override:
-    """One parsed override: the original text, its dotted key split into parts, and the typed value."""
+    """One parsed override: the original text, its dotted key split into parts, the typed value, and whether
+    it had Hydra's ``+``/``++`` add prefix (``added``)."""
 
     text: str
     path: tuple[str, ...]
     value: Any
+    added: bool = False
 
     @property
     def key(self) -> str:
@@ -42,9 +48,11 @@ def parse_override(text: str) -> Override:
             f"override '{text}': deleting a key is not supported; set '{key}=null' or leave the key out", key=key
         )
     body = stripped
+    added = False
     for prefix in ("++", "+"):  # Hydra's force-add / add: accepted, the key must exist in the schema anyway
         if body.startswith(prefix):
             body = body[len(prefix) :]
+            added = True
             break
     key, sep, raw_value = body.partition("=")
     key = key.strip()
@@ -56,7 +64,7 @@ def parse_override(text: str) -> Override:
     bad = [p for p in parts if not _KEY_PART.match(p)]
     if bad:
         raise ConfigError(f"override '{text}': '{key}' is not a dotted key (bad part {bad[0]!r})", key=key)
-    return Override(text=text, path=parts, value=parse_scalar(raw_value.strip()))
+    return Override(text=text, path=parts, value=parse_scalar(raw_value.strip()), added=added)
 
 
 def deep_merge(base: MutableMapping[str, Any], incoming: Mapping[str, Any]) -> None:

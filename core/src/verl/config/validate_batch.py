@@ -78,13 +78,16 @@ def _max_seq_len(cfg: RootConfig) -> int:
     )
 
 
-def _check_token_budget(cfg: RootConfig, report: IssueCollector, key: str, budget: int | None) -> None:
+def _check_token_budget(
+    cfg: RootConfig, report: IssueCollector, key: str, budget: int | None, dynamic_key: str, micro_key: str
+) -> None:
     longest = _max_seq_len(cfg)
     if budget is None or budget < longest:
         report.error(
             key,
             f"dynamic batching needs a token budget per GPU >= the longest sequence, prompt_length + "
-            f"response_length = {longest}; got {budget}",
+            f"response_length = {longest}; got {budget}. Set {key}={longest} (or more), or turn dynamic "
+            f"batching off with {dynamic_key}=false and size micro-batches with {micro_key}",
         )
 
 
@@ -122,7 +125,9 @@ def _check_role(
         )
         return
     if dynamic:
-        _check_token_budget(cfg, report, f"{prefix}.ppo_max_token_len_per_gpu", max_tokens)
+        _check_token_budget(
+            cfg, report, f"{prefix}.ppo_max_token_len_per_gpu", max_tokens, f"{prefix}.use_dynamic_bsz", micro_key
+        )
         return
     if micro is None:
         report.error(micro_key, f"must be set when {prefix}.use_dynamic_bsz is false (sequences per micro-batch)")
@@ -144,7 +149,14 @@ def _check_log_prob(
     cfg: RootConfig, report: IssueCollector, prefix: str, micro: int | None, dynamic: bool, max_tokens: int | None
 ) -> None:
     if dynamic:
-        _check_token_budget(cfg, report, f"{prefix}.log_prob_max_token_len_per_gpu", max_tokens)
+        _check_token_budget(
+            cfg,
+            report,
+            f"{prefix}.log_prob_max_token_len_per_gpu",
+            max_tokens,
+            f"{prefix}.log_prob_use_dynamic_bsz",
+            f"{prefix}.log_prob_micro_batch_size_per_gpu",
+        )
         return
     key = f"{prefix}.log_prob_micro_batch_size_per_gpu"
     if micro is None:

@@ -16,6 +16,7 @@ verl for the values listed here or stops ``load_config`` (run by ``validate_conf
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from verl.config.errors import IssueCollector
@@ -70,7 +71,9 @@ def _check_reward_manager(cfg: RootConfig, report: IssueCollector) -> None:
     name = reward.reward_manager
     if name not in BUILT_REWARD_MANAGERS:
         reason = _REFUSED_MANAGERS.get(name, "no such reward manager")
-        report.error("reward_model.reward_manager", f"={name!r}: {reason}; built: {list(BUILT_REWARD_MANAGERS)}")
+        close = difflib.get_close_matches(name, BUILT_REWARD_MANAGERS, n=1)
+        hint = f". Did you mean {close[0]!r}?" if close else ""
+        report.error("reward_model.reward_manager", f"={name!r}: {reason}; built: {list(BUILT_REWARD_MANAGERS)}{hint}")
         return
     kwargs = dict(reward.reward_kwargs)
     given = [k for k in _DAPO_KWARGS if k in kwargs]
