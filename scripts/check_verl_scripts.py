@@ -11,17 +11,18 @@ feature the scripts use (``${VAR:-default}``, arrays, ``case``, ``$((...))``, li
 ``"$@"`` = nothing) is expanded by bash itself, exactly as for a user who runs the script with no
 environment variables set. ``python3 -c ...`` probes fail (``import torch_npu`` -> the GPU branch).
 
-Each recorded ``... -m verl.trainer.main_ppo ARGS`` is split into Hydra flags and ``key=value``
-overrides, and the overrides go through :func:`verl.config.load_config` starting from the schema defaults
-(= ``verl config show --schema-defaults``; verl scripts start from verl's ``ppo_trainer.yaml``):
+Each recorded ``... -m verl.trainer.main_ppo ARGS`` is translated exactly as ``python -m
+verl.trainer.main_ppo ARGS`` translates it here (:func:`verl.cli.hydra_args.translate`), and the overrides go
+through :func:`verl.config.load_config` from what that names: verl's defaults (``ppo_trainer`` = ``verl config
+show --schema-defaults``), or a ``--config-path DIR --config-name NAME`` file composed with its ``defaults:``:
 
 * ``+key=v`` / ``++key=v``: accepted by our loader as ``key=v`` (the key must exist in the schema);
-* ``~key``: rejected by our loader (no deletion), reported with the loader's reason;
-* ``--config-path``/``--config-name``: ``ppo_trainer`` is our schema; any other config (e.g.
-  ``ppo_megatron_trainer``, a recipe's own YAML with a Hydra ``defaults:`` list) does not load, and the
-  overrides are still checked so their keys show up in the counts;
-* ``hydra.*`` overrides: Hydra's own settings (output dir, ...), dropped with a note; they configure the
-  launcher, not the run;
+* ``~key``: rejected (no deletion), reported with the loader's reason;
+* ``--config-name`` of a config that is neither built in nor in the given ``--config-path`` (e.g.
+  ``ppo_megatron_trainer``) does not load, and the overrides are still checked over verl's defaults so their
+  keys show up in the counts;
+* ``hydra.run.dir``/``hydra.searchpath`` are honoured, Hydra's logging settings dropped, other ``hydra.*``
+  settings refused (:mod:`verl.cli.hydra_args`);
 * another entry module (SFT trainer, generation, fully-async trainer, ...): the script does not load
   (``verl train`` runs PPO-family training only), reported with the module name.
 
@@ -57,8 +58,6 @@ import tomllib
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MIRROR = Path("/work/.mirror/verl-project+verl/repo")
 PPO_MODULE = "verl.trainer.main_ppo"
-# Our schema is verl's ppo_trainer.yaml; any other --config-name is a different config tree.
-OUR_CONFIG_NAMES = ("ppo_trainer", "ppo_trainer.yaml")
 RECORDED = ("python3", "python", "uv", "torchrun", "accelerate", "deepspeed")
 # Commands whose side effects must not happen in a measurement: turned into no-ops.
 SILENCED = ("ray", "pip", "pip3", "hf", "huggingface-cli", "nvidia-smi", "npu-smi", "wget", "curl", "git", "rm")
@@ -84,8 +83,9 @@ class Command:
     config_path: str | None
     config_name: str | None
     overrides: tuple[str, ...]
-    dropped: tuple[str, ...]  # arguments not passed to the loader, with why
+    dropped: tuple[str, ...]  # arguments not passed to the loader as overrides, with why
     argv: tuple[str, ...]
+    args: tuple[str, ...] = ()  # the arguments after the module, for verl.cli.hydra_args.translate
 
 
 @attrs.frozen
@@ -187,9 +187,12 @@ def parse_command(argv: Sequence[str]) -> Command:
     """Split a recorded argv (``python3 -m verl.trainer.main_ppo --config-name=x a.b=1 +c=2 ...``).
 
     ``uv run ... python3 -m M``, ``torchrun ... -m M`` and ``python3 file.py`` are understood. After the
-    module: ``--config-path``/``--config-name`` (``-cp``/``-cn``, ``=`` or separate value) are taken as
-    Hydra flags, ``hydra.*`` overrides are dropped, everything with ``=`` (or ``~key``) is an override.
+    module, :func:`verl.cli.hydra_args.split_hydra_argv`: ``--config-path``/``--config-name`` (``-cp``/``-cn``,
+    ``=`` or separate value) are Hydra flags, ``hydra.*`` settings are set apart, everything with ``=`` (or
+    ``~key``) is an override.
     """
+    from verl.cli.hydra_args import split_hydra_argv
+
     module: str | None = None
     start = len(argv)
     for i, arg in enumerate(argv):
@@ -199,32 +202,12 @@ def parse_command(argv: Sequence[str]) -> Command:
         if arg.endswith(".py") and i > 0:
             module, start = arg, i + 1
             break
-    config_path = config_name = None
-    overrides: list[str] = []
-    dropped: list[str] = []
-    args = list(argv[start:])
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        flag, eq, value = arg.partition("=")
-        if flag in ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd"):
-            if not eq:
-                value = args[i + 1] if i + 1 < len(args) else ""
-                i += 1
-            if flag in ("--config-path", "-cp"):
-                config_path = value
-            elif flag in ("--config-name", "-cn"):
-                config_name = value
-            else:
-                dropped.append(f"{arg} (Hydra search path)")
-        elif arg.lstrip("+~").startswith("hydra."):
-            dropped.append(f"{arg} (Hydra's own setting)")
-        elif "=" in arg or arg.startswith("~"):
-            overrides.append(arg)
-        elif arg:
-            dropped.append(f"{arg} (not a key=value override)")
-        i += 1
-    return Command(module, config_path, config_name, tuple(overrides), tuple(dropped), tuple(argv))
+    args = tuple(argv[start:])
+    split = split_hydra_argv(args)
+    dropped = [f"{a} (Hydra setting)" for a in split.hydra] + [f"{a} (Hydra flag)" for a in split.flags]
+    dropped += [f"--config-dir={d} (Hydra search path)" for d in split.config_dirs]
+    dropped += [f"{a} (not a key=value override)" for a in split.stray]
+    return Command(module, split.config_path, split.config_name, split.overrides, tuple(dropped), tuple(argv), args)
 
 
 # ---------------------------------------------------------------------- checking overrides
@@ -264,11 +247,12 @@ def plugin_manager(repo: Path = REPO) -> Any:
     return _AnyAvailable(manager)
 
 
-def check_overrides(overrides: Iterable[str], manager: Any) -> list[tuple[str, str]]:
+def check_overrides(overrides: Iterable[str], manager: Any, run: Any = None) -> list[tuple[str, str]]:
     """``(key, message)`` for every problem our loader finds with these overrides; [] = it loads.
 
-    Each override is parsed on its own first, so one unparsable override (``~key``) does not hide the
-    problems of the others.
+    ``run``: the :class:`verl.cli.hydra_args.HydraRun` they come from (its config file, base and search path);
+    None = verl's defaults. Each override is parsed on its own first, so one unparsable override (``~key``)
+    does not hide the problems of the others.
     """
     from verl.config import ConfigError, load_config
     from verl.config.overrides import parse_override
@@ -282,7 +266,14 @@ def check_overrides(overrides: Iterable[str], manager: Any) -> list[tuple[str, s
         except ConfigError as exc:
             problems += [(issue.key, issue.message) for issue in exc.issues]
     try:
-        load_config(None, good, plugin_manager=manager, on_warning=lambda _message: None)
+        load_config(
+            None if run is None else run.config_file,
+            good,
+            base=None if run is None else run.base,
+            search_path=() if run is None else run.search_path,
+            plugin_manager=manager,
+            on_warning=lambda _message: None,
+        )
     except ConfigError as exc:
         problems += [(issue.key, issue.message) for issue in exc.issues]
     return problems
@@ -306,14 +297,18 @@ def check_script(name: str, text: str, workdir: Path, manager: Any) -> Result:
         if tail:
             reasons.append(f"bash: {tail}")
         return Result(name, False, tuple(reasons + notes), (), 0, tuple(notes))
+    from verl.cli.hydra_args import translate
+    from verl.config import ConfigError
+
     for command in ppo:
-        if command.config_name and Path(command.config_name).stem not in ("ppo_trainer",):
-            reasons.append(f"--config-name={command.config_name}: only verl's ppo_trainer config is our schema")
-            keys.append(f"--config-name={Path(command.config_name).stem}")
-        elif command.config_path and command.config_name is None:
-            reasons.append(f"--config-path={command.config_path}: a Hydra search path of the script's own configs")
-            keys.append("--config-path")
-        problems = check_overrides(command.overrides, manager)
+        run = None
+        try:
+            run = translate(command.args)
+        except ConfigError as exc:  # what main_ppo refuses; the overrides are still checked over verl's defaults
+            for issue in exc.issues:
+                reasons.append(issue.message)
+                keys.append(issue.key)
+        problems = check_overrides(command.overrides, manager, run)
         for key, message in problems:
             key = _INDEX.sub("", key)
             reasons.append(f"{key}: {message}")
@@ -323,7 +318,7 @@ def check_script(name: str, text: str, workdir: Path, manager: Any) -> Result:
         failed = {_INDEX.sub("", k) for k, _ in problems}
         rest = [o for o in command.overrides if not any(f"{_override_key(o)}.".startswith(f"{k}.") for k in failed)]
         if problems and len(rest) < len(command.overrides):
-            for key, message in check_overrides(rest, manager):
+            for key, message in check_overrides(rest, manager, run):
                 next_keys.append(_INDEX.sub("", key))
                 reasons.append(f"(next) {key}: {message}")
     return Result(

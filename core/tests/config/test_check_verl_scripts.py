@@ -53,7 +53,7 @@ def test_bash_expands_the_script_and_the_recorder_captures_main_ppo(tmp_path) ->
         "actor_rollout_ref.rollout.tensor_model_parallel_size=2",  # the gpu branch of the case
         "+actor_rollout_ref.rollout.engine_kwargs.vllm.max_num_seqs=8",
     )
-    assert command.dropped == ("hydra.run.dir=/tmp/x (Hydra's own setting)",)
+    assert command.dropped == ("hydra.run.dir=/tmp/x (Hydra setting)",)
 
 
 def test_uv_and_torchrun_launchers_and_other_modules() -> None:
@@ -94,3 +94,24 @@ def test_check_script_reports_the_failing_key_and_what_fails_next(tmp_path, fake
         "ok.sh", "python3 -m verl.trainer.main_ppo data.train_batch_size=256\n", tmp_path, fake_backends
     )
     assert ok.loads and ok.commands == 1
+
+
+def test_config_path_and_name_are_translated_as_main_ppo_does(tmp_path, fake_backends) -> None:
+    own = tmp_path / "cfg"
+    own.mkdir()
+    (own / "mine.yaml").write_text("defaults: [ppo_trainer, _self_]\ndata:\n  train_batch_size: 512\n")
+    ok = CVS.check_script(
+        "own.sh",
+        f"python3 -m verl.trainer.main_ppo --config-path={own} --config-name=mine a=1\n",
+        tmp_path,
+        fake_backends,
+    )
+    assert not ok.loads and ok.failing_keys == ("a",)  # the file loaded; only the override is unknown
+    mega = CVS.check_script(
+        "m.sh",
+        "python3 -m verl.trainer.main_ppo --config-path=config --config-name='ppo_megatron_trainer.yaml' x.y=1\n",
+        tmp_path,
+        fake_backends,
+    )
+    # The refused config is counted, and the overrides are still checked over verl's defaults.
+    assert mega.failing_keys == ("--config-name=ppo_megatron_trainer", "x")
