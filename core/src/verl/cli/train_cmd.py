@@ -7,7 +7,8 @@ with SmolLM2-135M-Instruct on CPU); a CONFIG file names its base with a Hydra ``
 ``metrics.jsonl`` and the final actor as a HF folder (``final_hf/``); checkpoints go to
 ``trainer.default_local_dir``: ``<run-dir>/checkpoints`` when ``--run-dir`` is given and the key is
 unset, else verl's default ``checkpoints/<project_name>/<experiment_name>`` (:mod:`verl.config.run_dir`).
-A run that starts from scratch renames an earlier run's outputs aside first (:mod:`verl.trainer.earlier_run`).
+A run that starts from scratch renames an earlier run's outputs aside first (:mod:`verl.trainer.earlier_run`);
+one that resumes with other settings keeps the earlier ``config.yaml`` as ``config.<stamp>.yaml``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,18 @@ def _keep_earlier_run(run_dir: Path, cfg) -> int:
     return 0
 
 
+def _save_config(cfg, run_dir: Path, header: str) -> None:
+    """Write the resolved ``config.yaml``; an earlier one with other settings (a resume with changed overrides)
+    is renamed to ``config.<stamp>.yaml`` first (:func:`verl.trainer.earlier_run.keep_changed_config`)."""
+    from verl.config import save_resolved_config
+    from verl.trainer.earlier_run import keep_changed_config
+
+    kept = keep_changed_config(run_dir, cfg)
+    if kept is not None:
+        print(f"verl train: the settings differ from the earlier {run_dir / 'config.yaml'}; kept it as {kept}")
+    save_resolved_config(cfg, run_dir, header=header)
+
+
 def _write_final_hf(run_dir: Path, write: Callable[[str], object]) -> Path:
     """``write(folder)`` into a temp folder renamed to ``final_hf/``: a ``final_hf`` present is always complete."""
     final = run_dir / "final_hf"
@@ -120,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     import attrs
 
     from verl.cli.run_config import load_run_config
-    from verl.config import ConfigError, save_resolved_config
+    from verl.config import ConfigError
     from verl.config.run_dir import default_run_dir
 
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
@@ -141,12 +154,12 @@ def run(args: argparse.Namespace) -> int:
 
     finished = _already_finished(cfg)
     if finished is not None:
-        save_resolved_config(cfg, run_dir, header=base.describe())
+        _save_config(cfg, run_dir, base.describe())
         return _export_if_missing(finished, run_dir)
     status = _keep_earlier_run(run_dir, cfg)
     if status:
         return status
-    save_resolved_config(cfg, run_dir, header=base.describe())
+    _save_config(cfg, run_dir, base.describe())
 
     from verl.controller import WorkerError
     from verl.controller.errors import PlacementError

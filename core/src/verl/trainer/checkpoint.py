@@ -331,12 +331,8 @@ class CheckpointManager:
         if resume_mode == "disable":
             return None
         if resume_mode == "auto":
-            if resume_from_path:
-                logger.warning("resume_mode='auto' ignores resume_from_path=%s (use 'resume_path')", resume_from_path)
-            found = self.latest()
-            if found is None:
-                logger.info("no checkpoint under %s: training from scratch", self.root)
-            return found
+            # A resume_from_path given with auto is ignored, as in verl; config validation warns about it once.
+            return self.latest()  # None = from scratch; the trainer says so once (several callers ask)
         if not resume_from_path:
             raise CheckpointResumeError(
                 "resume_mode='resume_path' needs trainer.resume_from_path=<dir>/global_step_<N>"

@@ -8,6 +8,10 @@ would be lost. Instead, before anything is written, its outputs are renamed besi
 stamp, ``metrics.jsonl`` -> ``metrics.<YYYYmmdd-HHMMSS>.jsonl``, ``final_hf/`` -> ``final_hf.<stamp>/``,
 ``rollouts/`` -> ``rollouts.<stamp>/``, ... (a rename: nothing is copied or deleted), and the caller says so
 on the console.
+
+A run that resumes keeps the folder's outputs, but writes its own resolved ``config.yaml``. When its settings
+differ from the ``config.yaml`` already there (changed overrides on resume), :func:`keep_changed_config` renames
+the earlier file to ``config.<stamp>.yaml`` first, so the settings the earlier steps ran with stay on disk.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 #: Files and folders of a run folder that hold a run's results (``config.yaml`` moves with them).
 # wandb/ and swanlog/ are where the trackers write offline runs inside the run folder.
@@ -70,6 +76,36 @@ def set_aside_earlier_run(
     if moved and (run_dir / CONFIG_FILE).is_file():
         moved.append((run_dir / CONFIG_FILE, _rename_aside(run_dir / CONFIG_FILE, stamp)))
     return moved
+
+
+def keep_changed_config(run_dir: str | os.PathLike[str], config: Any, *, stamp: str | None = None) -> Path | None:
+    """Rename ``<run_dir>/config.yaml`` to ``config.<stamp>.yaml`` if its settings differ from ``config``.
+
+    Call it just before writing the new resolved config (:func:`verl.config.save_resolved_config`). Settings are
+    compared as parsed YAML, so the ``#`` header lines (the base config's description) do not count; a file
+    that does not parse counts as different (it is kept rather than overwritten).
+
+    Args:
+        run_dir: the run folder.
+        config: the resolved :class:`verl.config.RootConfig` about to be written.
+        stamp: suffix to use (default: local time ``YYYYmmdd-HHMMSS``); a taken name gets ``-2``, ``-3``, ...
+
+    Returns:
+        The new path of the earlier file, or None (no earlier file, or the same settings).
+    """
+    from verl.config.dump import to_yaml
+    from verl.config.yaml_io import load_yaml
+
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        earlier = load_yaml(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError):  # unreadable as YAML: keep it aside rather than lose it
+        earlier = None
+    if earlier == load_yaml(to_yaml(config)):
+        return None
+    return _rename_aside(path, stamp or time.strftime("%Y%m%d-%H%M%S"))
 
 
 def _checkpoint_entries(root: Path, run_dir: Path) -> list[Path]:

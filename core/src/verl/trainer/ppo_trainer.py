@@ -251,6 +251,8 @@ class PPOTrainer(StepStages, ValidationLoop):
         trainer = self.config.trainer
         found = self.checkpoints.resolve_resume(trainer.resume_mode, trainer.resume_from_path)
         if found is None:
+            if trainer.resume_mode == "auto":
+                logger.info("no checkpoint under %s: training from scratch", self.checkpoints.root)
             return 0
         step, path = found
         self.actor_rollout_wg.load_checkpoint(str(Path(path) / "actor"))
