@@ -119,7 +119,11 @@ def fake_plugins(available):
         def get(self, kind, name):
             if (kind, name) in available:
                 return types.SimpleNamespace(name=name, fn=available[(kind, name)])
-            raise ValueError(f"unknown {kind} plugin {name!r}; failed plugins: broken-dist (ImportError)")
+            # The real manager's layout: names on the first line, then the plugins that failed to load.
+            raise ValueError(
+                f"unknown {kind} {name!r}; available: ...\n"
+                "Plugins that failed to load (one of them may provide it):\n  - broken-dist 0.1 [import]: ImportError"
+            )
 
         def available(self, kind):
             return {n: None for (k, n) in available if k == kind}
@@ -150,7 +154,7 @@ def test_plugin_fallback_after_local_registry(monkeypatch):
 
 def test_lookup_without_plugin_system(monkeypatch):
     monkeypatch.setitem(sys.modules, "verl.plugins", None)  # import now raises ImportError
-    with pytest.raises(ValueError, match="not available"):
+    with pytest.raises(ValueError, match="verl.plugins could not be imported"):
         get_policy_loss_fn("missing")
     assert get_policy_loss_fn("vanilla") is compute_policy_loss_vanilla
 
