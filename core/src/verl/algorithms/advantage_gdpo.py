@@ -107,7 +107,9 @@ def compute_gdpo_outcome_advantage(
         token_level_rewards, response_mask: (batch, response_len).
         index: (batch,) group ids (uid).
         epsilon, norm_adv_by_std_in_grpo: passed to the per-component GRPO. As in verl the flag comes
-            from the argument, which verl's driver never sets for gdpo, so it is True there.
+            from the argument. Our driver passes ``algorithm.norm_adv_by_std_in_grpo`` here; verl's
+            never sets it for gdpo (so it is always True there): a deliberate deviation, so that the
+            flag means the same for grpo and gdpo.
         config: ``algorithm`` section (attrs, namespace or dict) with ``gdpo_reward_keys`` (list of str)
             and optional ``gdpo_reward_weights`` (list of float, one per key).
         non_tensor_batch: the batch's numpy columns (one float per row per key).

@@ -149,7 +149,9 @@ def compute_grpo_vectorized_outcome_advantage(
         index: (batch,) group ids (uid): numpy array, list or tensor.
         epsilon: added to the std, default 1e-6.
         norm_adv_by_std_in_grpo: divide by the std (GRPO) or not (Dr.GRPO); like verl, taken from the
-            argument (the driver passes ``algorithm.norm_adv_by_std_in_grpo``), not from ``config``.
+            argument, not from ``config``. Our driver passes ``algorithm.norm_adv_by_std_in_grpo`` here;
+            verl's passes it to ``grpo`` only (so verl always divides here): a deliberate deviation that
+            keeps ``grpo_vectorized`` == ``grpo`` with the flag off too.
         config: unused, accepted for the common signature.
 
     Returns:

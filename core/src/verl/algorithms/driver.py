@@ -17,6 +17,9 @@ from verl.algorithms.registry import get_adv_estimator_fn
 
 __all__ = ["compute_advantage", "compute_response_mask"]
 
+# Estimators taking norm_adv_by_std_in_grpo as an argument (grpo_passk reads it from config).
+_STD_FLAG = (AdvantageEstimator.GRPO_VECTORIZED.value, AdvantageEstimator.GDPO.value)
+
 _TOKEN_BASELINE = (
     AdvantageEstimator.OPTIMAL_TOKEN_BASELINE.value,
     AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE.value,
@@ -50,11 +53,13 @@ def compute_advantage(
 
     Reads ``token_level_rewards`` and ``response_mask`` (derived from ``attention_mask``/``responses`` if
     absent), ``values`` for gae, ``non_tensor_batch["uid"]`` as the group index and ``reward_baselines``
-    when present. ``gae`` gets (gamma, lam); ``grpo`` gets ``norm_adv_by_std_in_grpo``; every other
+    when present. ``gae`` gets (gamma, lam); ``grpo``, ``grpo_vectorized`` and ``gdpo`` get
+    ``norm_adv_by_std_in_grpo`` (verl's driver passes it to ``grpo`` only, so there the other two always
+    divide by the std: a deliberate deviation, so that the flag means the same for all three); every other
     estimator (built-in or plugin) is called as in verl with token_level_rewards, response_mask, config
     [, index] [, reward_baselines]; ``gdpo`` also gets ``non_tensor_batch`` and ``batch``, the optimal
-    token baselines ``sum_pi_squared``, ``old_log_probs`` and ``rollout_is_weights`` (or None). When ``config`` is None a namespace with gamma, lam and
-    norm_adv_by_std_in_grpo is passed so config-reading estimators see the driver's values.
+    token baselines ``sum_pi_squared``, ``old_log_probs`` and ``rollout_is_weights`` (or None). When
+    ``config`` is None a namespace with gamma, lam and norm_adv_by_std_in_grpo is passed so config-reading estimators see the driver's values.
     ``num_repeat`` is accepted for verl compatibility and unused (as in verl).
 
     Args:
@@ -102,6 +107,10 @@ def compute_advantage(
             kwargs["index"] = uid
         if "reward_baselines" in keys:
             kwargs["reward_baselines"] = batch["reward_baselines"]
+        if name in _STD_FLAG:
+            # Deliberate deviation: verl's driver passes the flag only to grpo, so there
+            # norm_adv_by_std_in_grpo=false is silently ignored by these two GRPO variants.
+            kwargs["norm_adv_by_std_in_grpo"] = norm_adv_by_std_in_grpo
         if name == AdvantageEstimator.GDPO.value:  # per-component rewards live in the raw columns
             kwargs["non_tensor_batch"] = data.non_tensor_batch if data.non_tensor_batch is not None else {}
             kwargs["batch"] = batch
