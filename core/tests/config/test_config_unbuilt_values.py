@@ -51,6 +51,38 @@ def test_dapo_overlong_buffer_conditions_are_verls():
     assert "unknown keys ['lenght']" in _error(*base, "+reward_model.reward_kwargs.overlong_buffer_cfg={lenght: 4}")
 
 
+@pytest.mark.parametrize(
+    "override,key,hint",
+    [
+        ("+reward_model.reward_kwargs.max_resp_len=abc", "reward_model.reward_kwargs.max_resp_len='abc'", "an int"),
+        ("+reward_model.reward_kwargs.max_resp_len=true", "reward_model.reward_kwargs.max_resp_len=True", "an int"),
+        (
+            "+reward_model.reward_kwargs={max_resp_len: abc, overlong_buffer_cfg: {enable: true, len: 4}}",
+            "reward_model.reward_kwargs.max_resp_len='abc'",
+            "an int",
+        ),
+        (
+            "+reward_model.reward_kwargs.overlong_buffer_cfg={enable: true, len: '4'}",
+            "reward_model.reward_kwargs.overlong_buffer_cfg.len='4'",
+            "an int",
+        ),
+        (
+            "+reward_model.reward_kwargs.overlong_buffer_cfg={enable: yes please}",
+            "reward_model.reward_kwargs.overlong_buffer_cfg.enable='yes please'",
+            "true or false",
+        ),
+        (
+            "+reward_model.reward_kwargs.overlong_buffer_cfg={penalty_factor: big}",
+            "reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor='big'",
+            "a number",
+        ),
+    ],
+)
+def test_dapo_kwargs_of_the_wrong_type_are_config_errors_naming_the_key(override, key, hint):
+    message = _error("reward_model.reward_manager=dapo", override)
+    assert key in message and hint in message
+
+
 def test_the_built_values_load():
     cfg = load_config(
         overrides=[

@@ -15,7 +15,7 @@ import torch
 from verl.config import load_config
 from verl.protocol import DataProto
 from verl.rewards import RewardManager
-from verl.rewards.reward_managers import OverlongBuffer, split_reward_kwargs
+from verl.rewards.reward_managers import OverlongBuffer, RewardKwargsError, split_reward_kwargs
 from verl.trainer.ppo_trainer import PPOTrainer
 
 
@@ -75,8 +75,27 @@ def test_split_reward_kwargs_gives_the_manager_its_keys_and_the_scorer_the_rest(
         split_reward_kwargs("dapo", {"overlong_buffer_cfg": {"enable": True, "len": 4}})
     with pytest.raises(ValueError, match="len=12 must be > 0 and <= max_resp_len=10"):
         split_reward_kwargs("dapo", {"max_resp_len": 10, "overlong_buffer_cfg": {"enable": True, "len": 12}})
-    with pytest.raises(ValueError, match="not built here"):
+    with pytest.raises(ValueError, match="isolation=process"):
         split_reward_kwargs("prime", {})
+
+
+@pytest.mark.parametrize(
+    "manager,kwargs,key",
+    [
+        ("dapo", {"max_resp_len": "10"}, "reward_model.reward_kwargs.max_resp_len"),
+        ("dapo", {"max_resp_len": 10.0}, "reward_model.reward_kwargs.max_resp_len"),
+        ("dapo", {"max_resp_len": 10, "overlong_buffer_cfg": {"len": True}}, "overlong_buffer_cfg.len"),
+        ("dapo", {"max_resp_len": 10, "overlong_buffer_cfg": {"enable": "yes"}}, "overlong_buffer_cfg.enable"),
+        ("dapo", {"overlong_buffer_cfg": {"penalty_factor": False}}, "overlong_buffer_cfg.penalty_factor"),
+        ("dapo", {"overlong_buffer_cfg": [4]}, "reward_model.reward_kwargs.overlong_buffer_cfg"),
+        ("naive", {"max_resp_len": 10}, "reward_model.reward_kwargs.max_resp_len"),
+        ("nave", {}, "reward_model.reward_manager"),
+    ],
+)
+def test_split_reward_kwargs_names_the_key_of_a_bad_value(manager, kwargs, key):
+    with pytest.raises(RewardKwargsError) as info:
+        split_reward_kwargs(manager, kwargs)
+    assert info.value.key.endswith(key) and str(info.value).startswith(info.value.key)
 
 
 def _manager(tmp_path, *overrides):
