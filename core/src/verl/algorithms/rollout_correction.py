@@ -8,7 +8,9 @@ policy *is* the rollout policy. log_ratio = logπ_train − logπ_rollout, all t
 * ``rollout_is_threshold``: a number (or numeric string) u truncates, w = min(w, u) (TIS); a string
   ``"l_u"`` zeroes weights outside [l, u] (IcePop).
 * ``rollout_is_batch_normalize``: divide by the mean weight (token mean, or mean of per-row weights)
-  of the tensors passed in, i.e. of one micro-batch on one rank (verl also averages across ranks).
+  of the tensors passed in; with ``torch.distributed`` initialised and more than one rank, the sums and
+  counts are all-reduced over the default group first (verl's ``distributed_masked_mean``), so the
+  mean is over the micro-batches of all ranks (every rank must call it the same number of times).
 
 Weights are zero outside the mask and detached. Rejection sampling (verl's ``rollout_rs``) is not
 implemented; passing it raises ValueError.
@@ -19,6 +21,8 @@ compute_offpolicy_metrics, compute_rollout_correction_and_rejection_mask). Backg
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -86,8 +90,10 @@ def compute_rollout_correction_weights(
 
     Returns:
         (weights (batch, response_len) detached, zero outside the mask; metrics without prefix:
-        rollout_is_mean, rollout_is_ratio_fraction_high/low (share of raw weights above u / below l,
-        l = 1/u for TIS), and rollout_is_batch_norm_factor when normalising).
+        rollout_is_mean, rollout_is_ratio_fraction_high/low (token: share of valid tokens whose raw
+        weight is above u / below l; sequence: share of rows, empty rows included, whose unclamped
+        Σ_t log_ratio is above log u / below log l; l = 1/u for TIS), and rollout_is_batch_norm_factor
+        when normalising, the all-rank mean when torch.distributed is initialised).
 
     Raises:
         ValueError: unknown ``rollout_is``; a bad threshold (see :func:`parse_rollout_is_threshold`).
@@ -109,24 +115,47 @@ def compute_rollout_correction_weights(
     else:
         weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
     low_bound = 1.0 / upper if lower is None else lower
+    if rollout_is == "token":
+        high = float(masked_mean((raw > upper).to(raw.dtype), response_mask))
+        low = float(masked_mean((raw < low_bound).to(raw.dtype), response_mask))
+    else:
+        # verl counts rows (every row, empty ones included) on the unclamped Σ log-ratio in log space,
+        # so a row beyond exp(±20) still counts and a long row weighs as much as a short one.
+        high = float((seq > math.log(upper)).to(raw.dtype).mean())
+        low = float((seq < math.log(low_bound)).to(raw.dtype).mean())
     metrics = {
         "rollout_is_mean": float(masked_mean(weights, response_mask)),
-        "rollout_is_ratio_fraction_high": float(masked_mean((raw > upper).to(raw.dtype), response_mask)),
-        "rollout_is_ratio_fraction_low": float(masked_mean((raw < low_bound).to(raw.dtype), response_mask)),
+        "rollout_is_ratio_fraction_high": high,
+        "rollout_is_ratio_fraction_low": low,
     }
     if rollout_is_batch_normalize:
         if rollout_is == "token":
-            mean = masked_mean(weights, response_mask)
+            mean = _global_masked_mean(weights, mask)
         else:
             rows = (mask.sum(dim=-1) > 0).to(weights.dtype)
-            row_w = masked_mean(weights, response_mask, axis=-1)
-            mean = (row_w * rows).sum() / rows.sum().clamp(min=1e-8)
+            mean = _global_masked_mean(masked_mean(weights, response_mask, axis=-1), rows)
         if float(mean) > 1e-8:
             weights = weights / mean
             metrics["rollout_is_batch_norm_factor"] = float(mean)
         else:
             metrics["rollout_is_batch_norm_factor"] = 1.0
     return weights.detach(), metrics
+
+
+def _global_masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Σ values·mask / Σ mask over this rank, or over all ranks of the default group when distributed.
+
+    An all-zero mask gives 0 (verl gives NaN across ranks; both leave the weights unnormalised).
+    Source: verl/utils/torch_functional.py:distributed_masked_mean.
+    """
+    total = (values * mask).sum()
+    count = mask.sum()
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        both = torch.stack([total, count])
+        dist.all_reduce(both, op=dist.ReduceOp.SUM)
+        total, count = both[0], both[1]
+    return total / count.clamp(min=1e-8)
 
 
 @torch.no_grad()

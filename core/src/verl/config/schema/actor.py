@@ -31,7 +31,9 @@ class PolicyLossRolloutCorrectionConfig:
     rollout_is_threshold: float | str = fld(
         2.0, doc="w truncated at this upper bound (TIS), or 'lower_upper' zeroes w outside [lower, upper] (IcePop)"
     )
-    rollout_is_batch_normalize: bool = fld(False, doc="rescale w to mean 1 over each micro-batch")
+    rollout_is_batch_normalize: bool = fld(
+        False, doc="rescale w to mean 1 over each micro-batch (of all ranks together when distributed)"
+    )
     rollout_rs: str | None = fld(None, doc="rejection sampling mode; not implemented, must be null")
     rollout_rs_threshold: float | str | None = fld(None, doc="rejection sampling threshold; must be null")
 
