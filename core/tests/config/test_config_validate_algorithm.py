@@ -84,6 +84,28 @@ def test_bypass_loss_without_bypass_mode_warns():
     assert not any("treats old_log_prob" in w for w in warnings)
 
 
+BYPASS = ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=true"]
+
+
+@pytest.mark.parametrize("mode", ["gspo", "dppo_tv", "cispo"])
+def test_bypass_mode_with_another_loss_is_refused(mode):
+    # verl's apply_bypass_mode would swap the loss for bypass_mode; running it on rollout log-probs is neither.
+    with pytest.raises(ConfigError, match=rf"{PL}.loss_mode='{mode}'.*loss_mode=bypass_mode.*bypass_mode=false"):
+        load(f"{PL}.loss_mode={mode}", *BYPASS)
+    cfg, _ = load(f"{PL}.loss_mode={mode}")  # without bypass_mode the loss runs on recomputed log-probs
+    assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == mode
+
+
+def test_bypass_mode_with_vanilla_is_verls_ppo_clip_and_refuses_reinforce():
+    for mode in ("vanilla", "bypass_mode"):
+        cfg, _ = load(f"{PL}.loss_mode={mode}", *BYPASS)
+        assert cfg.algorithm.rollout_correction.bypass_mode
+    cfg, _ = load(f"{PL}.loss_mode=bypass_mode", f"{PL}.rollout_correction.loss_type=reinforce", *BYPASS)
+    assert cfg.actor_rollout_ref.actor.policy_loss.rollout_correction.loss_type == "reinforce"
+    with pytest.raises(ConfigError, match=r"rollout_correction.loss_type='reinforce'.*loss_mode=bypass_mode"):
+        load(f"{PL}.loss_mode=vanilla", f"{PL}.rollout_correction.loss_type=reinforce", *BYPASS)
+
+
 @pytest.mark.parametrize("name", ["grpo_vectorized", "rloo_vectorized"])
 def test_vectorized_estimators_load(name):
     cfg, _ = load(f"algorithm.adv_estimator={name}")

@@ -8,7 +8,13 @@ Errors:
   ``gdpo_reward_weights`` must give one weight per key;
 * ``loss_mode=dro`` needs ``policy_loss.dro_beta`` > 0 (verl's default is null, and its loss raises);
 * ``policy_loss.rollout_correction``: ``rollout_is_threshold`` must be a number > 0 or a ``"lower_upper"``
-  string; rejection sampling (``rollout_rs``, ``rollout_rs_threshold``) is not implemented and must be null.
+  string; rejection sampling (``rollout_rs``, ``rollout_rs_threshold``) is not implemented and must be null;
+* ``algorithm.rollout_correction.bypass_mode=true`` with a ``loss_mode`` other than ``bypass_mode`` or
+  ``vanilla``: verl's ``apply_bypass_mode`` (rollout_corr_helper.py) replaces the loss_mode with
+  ``bypass_mode``, so gspo, dppo_*, ... would not run there; rather than silently swapping the loss or
+  running it on rollout log-probs where verl does not, the combination is refused. ``vanilla`` keeps the
+  fast path: vanilla PPO-clip against the rollout log-probs is the loss verl's bypass_mode computes for
+  ``loss_type=ppo_clip`` (its default); ``loss_type=reinforce`` there needs ``loss_mode=bypass_mode``.
 
 Warnings: ``gdpo_reward_*`` set for another estimator (ignored, as in verl); ``loss_mode=bypass_mode``
 without ``algorithm.rollout_correction.bypass_mode`` (the loss then compares the policy with the recomputed
@@ -84,7 +90,22 @@ def _check_policy_loss(cfg: RootConfig, report: IssueCollector) -> None:
                 f"{PL}.rollout_correction.{key}",
                 f"rollout rejection sampling is not implemented here; set it to null (got {getattr(corr, key)!r})",
             )
-    if pl.loss_mode == "bypass_mode" and not cfg.algorithm.rollout_correction.bypass_mode:
+    bypass = cfg.algorithm.rollout_correction.bypass_mode
+    if bypass and pl.loss_mode not in ("bypass_mode", "vanilla"):
+        report.error(
+            f"{PL}.loss_mode",
+            f"={pl.loss_mode!r} with algorithm.rollout_correction.bypass_mode=true: verl replaces the loss_mode "
+            "with bypass_mode there (rollout_corr_helper.apply_bypass_mode), so this loss would not run; set "
+            f"loss_mode=bypass_mode (loss_type ppo_clip or reinforce), or bypass_mode=false to run {pl.loss_mode} "
+            "against recomputed old log-probs",
+        )
+    elif bypass and pl.loss_mode == "vanilla" and corr.loss_type != "ppo_clip":
+        report.error(
+            f"{PL}.rollout_correction.loss_type",
+            f"={corr.loss_type!r} is read by loss_mode=bypass_mode only (verl switches to it when "
+            "algorithm.rollout_correction.bypass_mode=true); set loss_mode=bypass_mode",
+        )
+    if pl.loss_mode == "bypass_mode" and not bypass:
         report.warn(
             f"{PL}.loss_mode",
             "bypass_mode treats old_log_prob as the rollout policy's, but algorithm.rollout_correction.bypass_mode "
