@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from verl_vllm.engine_args import passthrough_arguments
 from verl_vllm.options import VLLMRolloutOptions
 from verl_vllm.rollout_keys import device_problems, engine_arguments
 
 
 def test_engine_arguments_as_verls_vllm_server_passes_them() -> None:
+    # The engine merges both dicts in this order; capture sizes reach vLLM only through compilation_config.
     rollout = SimpleNamespace(disable_log_stats=False, cudagraph_capture_sizes=(8, 16, 32))
-    assert engine_arguments(rollout) == {
+    assert {**engine_arguments(rollout), **passthrough_arguments(rollout, VLLMRolloutOptions())} == {
         "disable_log_stats": False,
         "compilation_config": {"cudagraph_capture_sizes": [8, 16, 32]},
     }
-    assert engine_arguments(SimpleNamespace(disable_log_stats=True, cudagraph_capture_sizes=None)) == {
+    assert engine_arguments(rollout) == {"disable_log_stats": False}
+    plain = SimpleNamespace(disable_log_stats=True, cudagraph_capture_sizes=None)
+    assert {**engine_arguments(plain), **passthrough_arguments(plain, VLLMRolloutOptions())} == {
         "disable_log_stats": True
     }
 

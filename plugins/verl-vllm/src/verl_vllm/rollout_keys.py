@@ -99,14 +99,11 @@ def options_from_rollout(rollout: Any) -> VLLMRolloutOptions:
 def engine_arguments(rollout: Any) -> dict[str, Any]:
     """``vllm.LLM`` arguments of the rollout keys that have no :class:`VLLMRolloutOptions` option.
 
-    ``disable_log_stats`` always (verl passes it to every engine); ``compilation_config`` with
-    ``cudagraph_capture_sizes`` when that is set (verl's ``vllm_async_server`` builds it the same way).
+    ``disable_log_stats`` always (verl passes it to every engine). ``rollout.cudagraph_capture_sizes`` goes
+    into ``compilation_config`` through :func:`verl_vllm.engine_args.compilation_config`, merged with
+    ``engine_kwargs.vllm.compilation_config``.
     """
-    out: dict[str, Any] = {"disable_log_stats": bool(getattr(rollout, "disable_log_stats", True))}
-    sizes = getattr(rollout, "cudagraph_capture_sizes", None)
-    if sizes:
-        out["compilation_config"] = {"cudagraph_capture_sizes": [int(size) for size in sizes]}
-    return out
+    return {"disable_log_stats": bool(getattr(rollout, "disable_log_stats", True))}
 
 
 def device_problems(rollout: Any, options: VLLMRolloutOptions, device: str) -> list[str]:
