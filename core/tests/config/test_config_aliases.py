@@ -56,3 +56,26 @@ def test_unknown_fsdp_config_option_is_reported_by_the_plugin_options_class() ->
 def test_fsdp_config_must_be_a_section() -> None:
     with pytest.raises(ConfigError, match="must be a section of options"):
         load_config(overrides=[*FSDP, f"{ACTOR}.fsdp_config=3"])
+
+
+@pytest.mark.parametrize(
+    ("model_engine", "nnodes", "per_node", "expected"),
+    [("dp", 1, 1, "reference"), ("dp", 1, 2, "fsdp"), ("dp", 2, 1, "fsdp"), ("megatron", 1, 1, "megatron")],
+)
+def test_raw_tree_and_resolved_config_pick_the_same_null_strategy(model_engine, nnodes, per_node, expected) -> None:
+    from types import SimpleNamespace
+
+    from verl.config.aliases import _default_strategy
+    from verl.config.resolve import default_strategy, strategy_for
+
+    raw = {"model_engine": model_engine, "trainer": {"nnodes": nnodes, "n_gpus_per_node": per_node}}
+    cfg = SimpleNamespace(model_engine=model_engine, trainer=SimpleNamespace(nnodes=nnodes, n_gpus_per_node=per_node))
+    assert strategy_for(model_engine, nnodes, per_node) == expected
+    assert _default_strategy(raw) == expected and default_strategy(cfg) == expected
+
+
+def test_raw_tree_with_a_bad_world_counts_one_process() -> None:
+    from verl.config.aliases import _default_strategy
+
+    # The wrong type is the schema check's error; the alias step must not fail first.
+    assert _default_strategy({"trainer": {"nnodes": "two", "n_gpus_per_node": 4}}) == "reference"

@@ -24,6 +24,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from verl.config.errors import ConfigError, ConfigIssue
+from verl.config.resolve import strategy_for
 
 #: verl section -> (the section holding its engine_kwargs, the key naming its training engine, fallback key).
 SECTION_ALIASES: dict[str, tuple[str, str, str | None]] = {
@@ -64,15 +65,13 @@ def _get(tree: MutableMapping[str, Any], dotted: str) -> Any:
 
 
 def _default_strategy(tree: MutableMapping[str, Any]) -> str:
-    """:func:`verl.config.resolve.default_strategy` on the raw tree (before the schema check)."""
+    """:func:`verl.config.resolve.strategy_for` on the raw tree (before the schema check)."""
     engine = tree.get("model_engine", "dp")
-    if isinstance(engine, str) and engine != "dp":
-        return engine
     try:
-        world = int(_get(tree, "trainer.nnodes")) * int(_get(tree, "trainer.n_gpus_per_node"))
+        nnodes, per_node = int(_get(tree, "trainer.nnodes")), int(_get(tree, "trainer.n_gpus_per_node"))
     except (TypeError, ValueError):  # a wrong type is the schema check's error
-        world = 1
-    return "fsdp" if world > 1 else "reference"
+        nnodes = per_node = 1
+    return strategy_for(engine if isinstance(engine, str) else "dp", nnodes, per_node)
 
 
 def _engine_of(tree: MutableMapping[str, Any], key: str, fallback: str | None) -> tuple[str, str]:

@@ -43,11 +43,21 @@ _Rule = tuple[str, Callable[[RootConfig], Any]]
 _ACTOR = "actor_rollout_ref.actor"
 
 
+def strategy_for(model_engine: str, nnodes: int, n_gpus_per_node: int) -> str:
+    """The training engine a null ``actor.strategy`` becomes (see the module table).
+
+    ``model_engine`` other than ``dp`` names the engine; otherwise ``fsdp`` for a trainer world
+    (``nnodes x n_gpus_per_node`` processes) above 1, else core's single-process ``reference``.
+    Shared by :func:`default_strategy` and the raw-tree alias translation (:mod:`verl.config.aliases`).
+    """
+    if model_engine != "dp":
+        return model_engine
+    return "fsdp" if int(nnodes) * int(n_gpus_per_node) > 1 else "reference"
+
+
 def default_strategy(cfg: RootConfig) -> str:
-    """The training engine a null ``actor.strategy`` becomes (see the module table)."""
-    if cfg.model_engine != "dp":
-        return cfg.model_engine
-    return "fsdp" if trainer_world_size(cfg) > 1 else "reference"
+    """:func:`strategy_for` of the config's ``model_engine`` and trainer world."""
+    return strategy_for(cfg.model_engine, cfg.trainer.nnodes, cfg.trainer.n_gpus_per_node)
 
 
 def default_controller(cfg: RootConfig) -> str:
