@@ -63,9 +63,12 @@ class RolloutConfig:
     maps them to its engine's own option and checks them when the config is loaded (the spec's
     ``check_config``); a value a backend cannot honour is an error naming the backend (e.g. the ``hf``
     engine has no GPU memory pool, so ``gpu_memory_utilization`` is refused there). Null means the
-    backend's own default (verl's defaults are vLLM's: 0.5, chunked prefill and prefix caching on, 8192
-    batched tokens, 256 sequences); ``load_format`` defaults to ``auto`` (verl: ``dummy``) because this
-    trainer does not sync weights before the first generation. The parallel sizes other than tensor parallel
+    backend's own default. ``vllm``: ``gpu_memory_utilization`` 0.5, prefix caching on and
+    ``max_num_seqs`` 256 (verl's values), chunked prefill vLLM's own default on cuda and off on cpu, and
+    ``max_num_batched_tokens`` not passed, so vLLM picks its own budget (verl's ``rollout.yaml`` passes
+    8192; set it to match). ``hf``: ``max_num_seqs`` 1024 and no prefill token budget. ``load_format``
+    defaults to ``auto`` (verl: ``dummy``) because this trainer does not sync weights before the first
+    generation. The parallel sizes other than tensor parallel
     and the MoE / LoRA / SGLang switches (``data_parallel_size``, ``expert_parallel_size``,
     ``pipeline_model_parallel_size``, ``layered_summon``, ``multi_stage_wake_up``,
     ``enable_rollout_routing_replay``) are accepted at verl's default only; any other value is refused
@@ -95,7 +98,9 @@ class RolloutConfig:
         None, doc="reuse KV blocks of shared prompt prefixes; null = backend default"
     )
     max_num_batched_tokens: int | None = fld(
-        None, doc="tokens one engine step may process (prefill budget); null = backend default"
+        None,
+        doc="tokens one engine step may process (prefill budget); null = backend default (vllm: vLLM's own, "
+        "not verl's 8192; hf: no limit)",
     )
     max_model_len: int | None = fld(
         None, doc="context limit of the engine (prompt + response); null = prompt_length + response_length"
