@@ -261,3 +261,14 @@ def test_flexible_keeps_a_spaced_minus_as_an_operator():
     # In running text "5 - 3" is a subtraction: the last number is 3, not -3.
     assert extract_solution("so x = 5 - 3", "flexible") == "3"
     assert extract_solution("she ate 3/4 of it", "flexible") == "3/4"
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "300"])
+def test_clip_chars_must_be_a_positive_int_at_config_time(bad):
+    from verl.rewards.default import check_reward_kwargs
+    from verl.rewards.errors import RewardConfigError
+
+    with pytest.raises(RewardConfigError, match=r"clip_chars=.*reward_kwargs\.clip_chars"):
+        check_reward_kwargs({"clip_chars": bad})
+    check_reward_kwargs({"clip_chars": VERL_CLIP_CHARS})
+    check_reward_kwargs({"clip_chars": None})

@@ -45,12 +45,10 @@ def check_data_source(data_source: object) -> None:
 def check_reward_kwargs(kwargs: dict[str, Any]) -> None:
     """Raise :class:`UnknownRewardKwargError` for keywords no built-in scorer accepts, and
     :class:`RewardConfigError` for an invalid gsm8k ``method`` or ``clip_chars``."""
-    clip = kwargs.get("clip_chars")
-    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int) or clip < 1):
-        raise RewardConfigError(
-            f"reward_kwargs clip_chars={clip!r} must be a positive number of characters (verl's clip: 300) or null "
-            "to search the whole response"
-        )
+    try:
+        gsm8k.check_clip_chars(kwargs.get("clip_chars"))
+    except ValueError as exc:
+        raise RewardConfigError(str(exc)) from None
     if "method" in kwargs and kwargs["method"] not in gsm8k.METHODS:
         raise RewardConfigError(
             f"reward_kwargs method={kwargs['method']!r} is not a gsm8k extraction method; use one of {gsm8k.METHODS}"

@@ -31,7 +31,7 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
-__all__ = ["compute_score", "extract_solution", "score_details", "METHODS", "VERL_CLIP_CHARS"]
+__all__ = ["compute_score", "extract_solution", "score_details", "check_clip_chars", "METHODS", "VERL_CLIP_CHARS"]
 
 METHODS = ("strict", "flexible")
 
@@ -89,6 +89,15 @@ def _canonical(match: re.Match) -> str:
     return ("-" if sign in _MINUS_SIGNS else "") + body
 
 
+def check_clip_chars(clip_chars: object) -> None:
+    """Raise ValueError unless ``clip_chars`` is None (the whole text) or a positive int of characters."""
+    if clip_chars is not None and (isinstance(clip_chars, bool) or not isinstance(clip_chars, int) or clip_chars < 1):
+        raise ValueError(
+            f"gsm8k clip_chars={clip_chars!r} must be a positive number of characters (verl's clip: 300) or null "
+            "to search the whole response (reward_kwargs.clip_chars)"
+        )
+
+
 def extract_solution(solution_str: str, method: str = "strict", clip_chars: int | None = None) -> str | None:
     """Extract the final numeric answer from a model response.
 
@@ -109,11 +118,7 @@ def extract_solution(solution_str: str, method: str = "strict", clip_chars: int 
         ValueError: ``method`` is not ``"strict"`` or ``"flexible"``, or ``clip_chars`` is not a positive int.
         TypeError: ``solution_str`` is not a string.
     """
-    if clip_chars is not None and (isinstance(clip_chars, bool) or not isinstance(clip_chars, int) or clip_chars < 1):
-        raise ValueError(
-            f"gsm8k clip_chars={clip_chars!r} must be a positive number of characters (verl: 300) or null for the "
-            "whole text (reward_kwargs.clip_chars)"
-        )
+    check_clip_chars(clip_chars)
     if method not in METHODS:
         raise ValueError(f"gsm8k method={method!r} is not supported; use one of {METHODS} (reward_kwargs.method)")
     if not isinstance(solution_str, str):
