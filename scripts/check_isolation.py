@@ -39,6 +39,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
 
 
 def main(argv: list[str]) -> int:
+    """Run the checks of the module docstring for ``argv[0]`` (a key of :data:`PLUGINS`); 1 when one fails."""
     if len(argv) < 1 or argv[0] not in PLUGINS:
         print(f"usage: check_isolation.py <{'|'.join(PLUGINS)}> [folder]", file=sys.stderr)
         return 2

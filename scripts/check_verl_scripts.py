@@ -361,12 +361,17 @@ def scripts_from_tree(root: Path) -> list[tuple[str, str]]:
 
 
 def verl_commit(args: argparse.Namespace) -> str:
+    """``"<short hash> <commit date>"`` of the measured verl checkout, or ``"unknown"`` when git cannot tell."""
     git = ["git", "-C", str(args.verl_root or args.mirror), "log", "-1", "--format=%h %cs"]
     proc = subprocess.run(git, capture_output=True, text=True)
     return proc.stdout.strip() or "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Measure every example script; print one line each, ``N of M scripts load unchanged`` and the failing keys.
+
+    Returns 0 (the count is the result, not a pass/fail).
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verl-root", type=Path, help="a verl checkout (with a work tree)")
     parser.add_argument("--mirror", type=Path, default=DEFAULT_MIRROR, help="a verl git dir (default: %(default)s)")
