@@ -1,0 +1,108 @@
+"""What ``VERL_PLUGIN_API`` promises: the core names a plugin may import.
+
+A plugin declares ``VERL_PLUGIN_API = (major, minor)``; core refuses a different major or a newer minor
+(:func:`verl.plugins.discovery.check_api_version`). That check only means something if the API it
+versions is written down. :data:`PLUGIN_API_SURFACE` is that list: the modules and names of verl-core a
+plugin may import and rely on across releases serving the same major version. Everything else in core is
+internal and may change in any release.
+
+The rules that come with the list:
+
+* Removing a name, or changing its signature or behaviour incompatibly, bumps the major version.
+* Adding a name (or a keyword argument with a default) bumps the minor version; a plugin that needs it
+  declares the new minor, and an older core refuses it with "upgrade verl-core".
+* The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
+  ``EngineSettings``) are extension points: a backend may subclass them and override the documented
+  hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
+
+The in-repo plugins (``plugins/*``) are held to the list by ``core/tests/plugins/test_plugin_api_surface.py``:
+importing anything else from ``verl`` fails that test, so the list cannot silently drift from what the
+plugins actually use. Since core is still ``0.x``, the in-repo plugins also pin the core minor they were
+released with (``verl-core>=0.1,<0.2``).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: ``{module: (names, ...)}`` that plugins may import under plugin API 1.x. ``"*"`` means the module itself
+#: (``import verl.protocol``).
+PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
+    # Registration: the hook marker, the spec records and the API version to declare.
+    "verl.plugins": (
+        "hookimpl",
+        "PLUGIN_API_VERSION",
+        "PlatformSpec",
+        "TrainingEngineSpec",
+        "RolloutEngineSpec",
+        "CheckpointEngineSpec",
+        "AdvantageEstimatorSpec",
+        "PolicyLossSpec",
+        "get_plugin_manager",
+        "PluginError",
+        "UnknownPluginError",
+    ),
+    "verl.plugins.hookspecs": ("hookimpl",),
+    "verl.plugins.discovery": ("PLUGIN_API_VERSION",),
+    "verl.plugins.specs": (
+        "PlatformSpec",
+        "TrainingEngineSpec",
+        "RolloutEngineSpec",
+        "CheckpointEngineSpec",
+        "AdvantageEstimatorSpec",
+        "PolicyLossSpec",
+    ),
+    # Device platforms.
+    "verl.platform": ("Platform", "ProbeResult"),
+    "verl.platform.base": ("Platform", "ProbeResult"),
+    # The batch type and the engine protocols.
+    "verl.protocol": ("DataProto",),
+    "verl.engines.base": ("TrainingEngine", "RolloutEngine", "CheckpointEngine", "LossFn", "wake_up_tagged"),
+    # Helpers every backend needs to read verl's config the way core does.
+    "verl.engines.dtypes": ("resolve_dtype",),
+    "verl.engines.prompts": ("check_prompt_batch",),
+    "verl.models": ("load_tokenizer", "resolve_model_path"),
+    "verl.models.hf_config": ("load_hf_config", "split_override_config"),
+    # Extension points of the reference engines (subclassed by verl-fsdp) and the rollout output layout.
+    "verl.engines.reference.builders": ("role_settings",),
+    "verl.engines.reference.training": ("EngineSettings", "ReferenceTrainingEngine"),
+    "verl.engines.reference.critic": ("ReferenceCriticEngine",),
+    "verl.engines.reference.postprocess": ("build_rollout_batch",),
+    "verl.engines.reference.sampling": ("SamplingParams", "resolve_sampling_params"),
+    # Weight sync: tensor-parallel layouts and resharding (hybrid engine), sync-group helpers.
+    "verl.engines.weight_sync.group": ("free_port",),
+    "verl.engines.weight_sync.layout": ("TP_KEY", "TensorParallelLayout", "divisors", "local_shape"),
+    "verl.engines.weight_sync.reshard": ("dedupe_tied", "reshard_weights"),
+    # Conformance kits (test code: needs verl-core[testing]).
+    "verl.testing.conformance": ("*",),
+    "verl.testing.tiny": ("*",),
+}
+
+
+def missing_names() -> list[str]:
+    """``["module.name", ...]`` listed in :data:`PLUGIN_API_SURFACE` that core does not define (should be empty).
+
+    Imports every listed module (torch included); meant for tests and ``verl plugins --check-api`` style tools.
+    """
+    missing = []
+    for module_name, names in PLUGIN_API_SURFACE.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            missing.append(f"{module_name} (import failed: {exc})")
+            continue
+        missing += [f"{module_name}.{name}" for name in names if name != "*" and not hasattr(module, name)]
+    return missing
+
+
+def allowed(module: str, name: str | None) -> bool:
+    """Whether importing ``name`` from ``module`` (``None``: the module itself) is within the API surface.
+
+    Submodules of a ``"*"`` module are allowed too (``verl.testing.conformance.checks``).
+    """
+    for listed, names in PLUGIN_API_SURFACE.items():
+        if "*" in names and (module == listed or module.startswith(listed + ".")):
+            return True
+        if module == listed and (name is None or name in names):
+            return True
+    return False
