@@ -31,6 +31,7 @@ from verl.engines.weight_sync import (
     plan_buckets,
 )
 from verl.engines.weight_sync.buckets import decode_header, encode_header, header_entry, unpack_bucket
+from verl.platform.cpu import CpuPlatform
 
 PROMPTS = ["What is 2+3?", "hi", "Count: 1 2 3"]
 HIDDEN = 32
@@ -38,13 +39,12 @@ HIDDEN = 32
 BUCKET_BYTES = 8192
 
 
-class FakePlatform:
+class FakePlatform(CpuPlatform):
+    """Stand-in platform: core's CPU platform whose ``dist_backend`` is ``backend`` (the group is built by
+    the real :meth:`Platform.new_sync_group` default)."""
+
     def __init__(self, backend: str = "gloo") -> None:
         self.dist_backend = backend
-        self.device_type = "cpu"
-
-    def torch_device(self, index=None):
-        return torch.device("cpu")
 
 
 def engine_config(bucket_bytes: int | None = BUCKET_BYTES, **options) -> CheckpointEngineConfig:
@@ -132,8 +132,8 @@ def test_options_bucket_size_and_unknown_key():
 @pytest.mark.parametrize(
     ("backend", "message"),
     [
-        ("mpi", "dist_backend 'mpi' is not supported; supported: gloo, nccl, hccl"),
-        ("hccl", "backend 'hccl' needs torch_npu"),
+        ("mpi", "dist_backend 'mpi' is not supported by platform 'cpu'; supported: gloo, nccl \\(the backend"),
+        ("hccl", "'hccl' is not supported by platform 'cpu'; .* built by the 'npu' platform of the verl-npu plugin"),
     ]
     + ([("nccl", "no NCCL")] if not torch.distributed.is_nccl_available() else []),
 )
@@ -141,6 +141,51 @@ def test_unsupported_backend_is_a_clear_error(backend, message):
     engine = BroadcastCheckpointEngine(engine_config(), FakePlatform(backend))
     with pytest.raises(UnsupportedBackendError, match=message):
         engine.init_group(master_addr="127.0.0.1", master_port=1, rank=0, world_size=2)
+
+
+class RecordingPlatform(CpuPlatform):
+    """Stand-in vendor platform (backend ``fakeccl``, no real group): records what the sync group asks of
+    :meth:`Platform.check_sync_backend` / :meth:`Platform.new_sync_group`, the hook a vendor overrides."""
+
+    dist_backend = "fakeccl"
+    sync_backends = ("gloo", "fakeccl")
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def check_sync_backend(self, backend):
+        self.calls.append(("check", backend))
+        super().check_sync_backend(backend)
+
+    def new_sync_group(self, backend, store, rank, world_size, timeout_s):
+        self.calls.append(("new", backend, type(store).__name__, rank, world_size, timeout_s))
+        return SimpleNamespace(shutdown=lambda: self.calls.append(("shutdown",)))
+
+
+@pytest.mark.parametrize(("override", "expected"), [(None, "fakeccl"), ("gloo", "gloo")])
+def test_the_platform_builds_the_group_also_for_the_gloo_override(override, expected):
+    platform = RecordingPlatform()
+    engine = BroadcastCheckpointEngine(engine_config(), platform, backend=override)
+    # rank 0 only hosts the store (wait_for_workers=False): nothing blocks, the stand-in builds no group.
+    engine.init_group(master_addr="127.0.0.1", master_port=free_port(), rank=0, world_size=2, timeout_s=5)
+    engine.close()
+    assert platform.calls == [
+        ("check", expected),  # init_group: before the store opens
+        ("check", expected),  # make_backend
+        ("new", expected, "PrefixStore", 0, 2, 5.0),
+        ("shutdown",),
+    ]
+
+
+def test_default_hook_refuses_what_the_platform_does_not_build():
+    platform = RecordingPlatform()
+    with pytest.raises(
+        UnsupportedBackendError, match="'nccl' is not supported by platform 'cpu'; supported: gloo, fakeccl"
+    ):
+        BroadcastCheckpointEngine(engine_config(), platform, backend="nccl").init_group(
+            master_addr="127.0.0.1", master_port=1, rank=0, world_size=2
+        )
+    assert platform.calls == [("check", "nccl")]
 
 
 def test_group_arguments_and_call_order_are_checked():

@@ -11,6 +11,8 @@ What a vendor implements (bring-up of a new accelerator, e.g. Ascend in ``verl-n
    (``device_count``, ``set_device``, ``current_device``, ``synchronize``, ``empty_cache``,
    ``memory_allocated``, ``memory_reserved``, ``max_memory_allocated``, ``manual_seed_all``);
    override the ones your device module lacks or does differently, and ``supports_ipc``.
+6. ``check_sync_backend`` / ``new_sync_group`` when ``dist_backend`` is not ``gloo`` or ``nccl``
+   (Ascend's ``hccl``): they build the standalone weight-sync group from the vendor's extension.
 
 Then return a ``PlatformSpec(name=..., probe=YourPlatform.probe, factory=YourPlatform)`` from
 a ``verl_platforms`` hook. Nothing here forwards unknown attributes to torch: a missing method
@@ -20,6 +22,7 @@ is an ``AttributeError`` at bring-up, not a silent ``None`` at run time.
 from __future__ import annotations
 
 import abc
+import datetime
 import random
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -30,6 +33,18 @@ if TYPE_CHECKING:
     import torch
 
 _REQUIRED_ATTRS = ("name", "device_type", "vendor", "dist_backend", "visible_devices_env", "ray_resource_name")
+
+# Backends that core's platforms cannot build but a plugin's can: named in the refusal, so a user whose config
+# asks for one (an NPU platform's dist_backend reaching a CPU process) learns where it comes from.
+_BACKEND_PROVIDERS = {"hccl": "the 'npu' platform of the verl-npu plugin (Ascend; trainer.device=npu)"}
+
+
+class UnsupportedBackendError(ValueError):
+    """A platform cannot build a standalone collective group for this backend in this process.
+
+    Raised by :meth:`Platform.check_sync_backend` / :meth:`Platform.new_sync_group`; the message names the
+    backend, the platform and what it can build instead (or the library that is missing).
+    """
 
 
 @attrs.frozen
@@ -200,3 +215,70 @@ class Platform(abc.ABC):
         """Whether device tensors can be shared with another process on the node without a
         copy (CUDA IPC handles); weight sync uses it to pick a zero-copy path. Default ``False``."""
         return False
+
+    # ---------------------------------------------------------------- standalone collective groups
+
+    #: Backends :meth:`new_sync_group` builds. The default builds gloo (any platform: host memory, also the
+    #: override for colocated placement) and nccl; a vendor adds its own (``("gloo", "hccl")``).
+    sync_backends: ClassVar[tuple[str, ...]] = ("gloo", "nccl")
+
+    def check_sync_backend(self, backend: str) -> None:
+        """Raise :class:`UnsupportedBackendError` unless :meth:`new_sync_group` can build ``backend`` here.
+
+        Cheap (no group, no connection); called before a store is opened so a bad backend fails first.
+        The default knows ``gloo`` and ``nccl`` and checks that this torch build has them; a vendor override
+        checks its own backend (its extension importable) and passes the others to ``super()``.
+
+        Raises:
+            UnsupportedBackendError: ``backend`` not in :attr:`sync_backends` (names the plugin that provides
+                it, where known), ``torch.distributed`` missing, or Gloo/NCCL missing from this torch build.
+        """
+        import torch.distributed as dist
+
+        if backend not in self.sync_backends:
+            provider = _BACKEND_PROVIDERS.get(backend)
+            hint = f"; {backend!r} groups are built by {provider}" if provider else ""
+            raise UnsupportedBackendError(
+                f"sync group: dist_backend {backend!r} is not supported by platform {self.name!r}; "
+                f"supported: {', '.join(self.sync_backends)}{hint} (the backend is the platform's dist_backend, "
+                "see `verl plugins`)"
+            )
+        if not dist.is_available():
+            raise UnsupportedBackendError(f"sync group: this torch build has no torch.distributed ({backend!r})")
+        if backend == "gloo" and not dist.is_gloo_available():
+            raise UnsupportedBackendError("sync group: this torch build has no Gloo backend ('gloo')")
+        if backend == "nccl" and not dist.is_nccl_available():
+            raise UnsupportedBackendError(
+                "sync group: this torch build has no NCCL ('nccl'); install a CUDA build of torch"
+            )
+
+    def new_sync_group(self, backend: str, store: Any, rank: int, world_size: int, timeout_s: float) -> Any:
+        """Build a standalone collective backend object over ``store``, outside torch.distributed's groups.
+
+        Not registered with ``torch.distributed`` (no ``init_process_group``): the weight-sync group joins
+        processes that have default groups of their own. Gloo blocks until all ``world_size`` ranks have
+        joined; NCCL (and HCCL) connect lazily on the first collective.
+
+        Args:
+            backend: one of :attr:`sync_backends` (the platform's ``dist_backend``, or ``gloo`` as override).
+            store: a ``torch.distributed.Store`` shared by the ranks (``PrefixStore`` over a ``TCPStore``).
+            rank: this process's rank in ``[0, world_size)``.
+            world_size: number of ranks, at least 2.
+            timeout_s: rendezvous and collective timeout, seconds.
+
+        Returns:
+            ``ProcessGroupGloo`` / ``ProcessGroupNCCL`` (the vendor's class in an override): an object with
+            ``broadcast([tensor], BroadcastOptions) -> Work`` and ``shutdown()``.
+
+        Raises:
+            UnsupportedBackendError: as :meth:`check_sync_backend`.
+        """
+        import torch.distributed as dist
+
+        self.check_sync_backend(backend)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if backend == "gloo":
+            return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, world_size, options)

@@ -104,7 +104,8 @@ class BroadcastCheckpointEngine:
 
     Args:
         config: the ``checkpoint_engine`` section (``update_weights_bucket_megabytes``, ``engine_kwargs``).
-        platform: :class:`verl.platform.Platform` whose ``dist_backend`` builds the group; default
+        platform: :class:`verl.platform.Platform` whose ``dist_backend`` names the group's backend and whose
+            ``new_sync_group`` builds it (also for the ``backend`` override); default
             :func:`verl.platform.current_platform`.
         backend: another collective backend for the group, e.g. ``gloo`` (host memory) when sender and
             receivers share one accelerator (colocated placement: NCCL refuses two ranks on one GPU).
@@ -177,7 +178,7 @@ class BroadcastCheckpointEngine:
                 f"broadcast sync group: rank {rank} outside [0, {world_size}) (world_size={world_size})"
             )
         backend = self.backend
-        check_backend(backend)
+        check_backend(backend, platform=self.platform)
         timeout = self.options.timeout_s if timeout_s is None else float(timeout_s)
         if device is not None:
             self.device = torch.device(device)
@@ -185,7 +186,7 @@ class BroadcastCheckpointEngine:
             self.device = torch.device("cpu") if backend == "gloo" else self.platform.torch_device()
         if rank is not None:
             self._store = make_store(master_addr, master_port, rank, world_size, timeout)
-            self._backend = make_backend(backend, self._store, rank, world_size, timeout)
+            self._backend = make_backend(backend, self._store, rank, world_size, timeout, platform=self.platform)
         self.rank, self.world_size, self._joined, self._broken = rank, world_size, True, False
 
     def close(self) -> None:

@@ -2,7 +2,7 @@
 
 The trainer pool and the rollout pool are different processes (different Ray worker groups) with
 their own default process groups (or none), so the sync group is built by hand from a
-``TCPStore`` hosted by rank 0 and the platform's backend constructor, like vLLM's
+``TCPStore`` hosted by rank 0 and the platform's :meth:`~verl.platform.Platform.new_sync_group`, like vLLM's
 ``StatelessProcessGroup`` / verl's checkpoint engines do. Nothing here calls
 ``torch.distributed.init_process_group`` or registers the group globally.
 """
@@ -15,11 +15,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-SUPPORTED_BACKENDS = ("gloo", "nccl", "hccl")
+from verl.platform.base import UnsupportedBackendError
 
-
-class UnsupportedBackendError(ValueError):
-    """The platform's ``dist_backend`` cannot build a standalone sync group in this torch build."""
+__all__ = ["UnsupportedBackendError", "check_backend", "free_port", "make_backend", "make_store"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -32,41 +30,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def check_backend(backend: str) -> None:
-    """Raise :class:`UnsupportedBackendError` unless ``backend`` can build a group here.
+def check_backend(backend: str, *, platform: Any) -> None:
+    """Raise :class:`UnsupportedBackendError` unless ``platform`` can build a ``backend`` group here.
+
+    Asks :meth:`verl.platform.Platform.check_sync_backend`: core's platforms know gloo and nccl, a vendor's
+    its own (``hccl`` from verl-npu), so core never imports a vendor extension.
 
     Raises:
-        UnsupportedBackendError: unknown name (lists the supported ones), ``torch.distributed``
-            missing, NCCL missing from this torch build, or ``torch_npu`` not installed for HCCL.
+        UnsupportedBackendError: the platform does not build ``backend`` (the message lists what it builds),
+            or this process lacks what the backend needs (NCCL in this torch build, the vendor extension).
     """
-    if backend not in SUPPORTED_BACKENDS:
-        raise UnsupportedBackendError(
-            f"broadcast checkpoint engine: dist_backend {backend!r} is not supported; "
-            f"supported: {', '.join(SUPPORTED_BACKENDS)} (set by the platform, see `verl plugins`)"
-        )
-    if not dist.is_available():
-        raise UnsupportedBackendError(
-            f"broadcast checkpoint engine: this torch build has no torch.distributed ({backend!r})"
-        )
-    if backend == "gloo" and not dist.is_gloo_available():
-        raise UnsupportedBackendError("broadcast checkpoint engine: this torch build has no Gloo backend ('gloo')")
-    if backend == "nccl" and not dist.is_nccl_available():
-        raise UnsupportedBackendError(
-            "broadcast checkpoint engine: this torch build has no NCCL ('nccl'); install a CUDA build of torch"
-        )
-    if backend == "hccl":
-        _hccl_class()
-
-
-def _hccl_class() -> Any:
     try:
-        import torch_npu  # noqa: F401  (registers the NPU device and HCCL)
-        from torch_npu._C._distributed_c10d import ProcessGroupHCCL
-    except ImportError as exc:
-        raise UnsupportedBackendError(
-            f"broadcast checkpoint engine: backend 'hccl' needs torch_npu with ProcessGroupHCCL ({exc})"
-        ) from exc
-    return ProcessGroupHCCL
+        platform.check_sync_backend(backend)
+    except UnsupportedBackendError as exc:
+        raise UnsupportedBackendError(f"broadcast checkpoint engine: {exc}") from exc
 
 
 def make_store(master_addr: str, master_port: int, rank: int, world_size: int, timeout_s: float) -> Any:
@@ -78,17 +55,12 @@ def make_store(master_addr: str, master_port: int, rank: int, world_size: int, t
     return dist.PrefixStore("verl/sync/broadcast", store)
 
 
-def make_backend(backend: str, store: Any, rank: int, world_size: int, timeout_s: float) -> Any:
-    """Build the collective backend object (``ProcessGroupGloo`` / ``ProcessGroupNCCL`` / ``ProcessGroupHCCL``).
+def make_backend(backend: str, store: Any, rank: int, world_size: int, timeout_s: float, *, platform: Any) -> Any:
+    """Build the collective backend object of the group with ``platform.new_sync_group``
+    (``ProcessGroupGloo`` / ``ProcessGroupNCCL`` from core, ``ProcessGroupHCCL`` from verl-npu).
 
     Blocks until all ``world_size`` ranks have joined (Gloo rendezvous; NCCL/HCCL connect lazily on the
     first collective). Raises :class:`UnsupportedBackendError` as :func:`check_backend`.
     """
-    check_backend(backend)
-    timeout = datetime.timedelta(seconds=timeout_s)
-    if backend == "gloo":
-        return dist.ProcessGroupGloo(store, rank, world_size, timeout)
-    cls = dist.ProcessGroupNCCL if backend == "nccl" else _hccl_class()
-    options = cls.Options()
-    options._timeout = timeout
-    return cls(store, rank, world_size, options)
+    check_backend(backend, platform=platform)
+    return platform.new_sync_group(backend, store, rank, world_size, timeout_s)
