@@ -60,7 +60,7 @@ def build_report() -> dict[str, Any]:
         missing = backend_unavailable(spec)
         if missing is not None:
             return False, missing
-        return _engine_usable(spec.devices, current, platform["error"], answers)
+        return _engine_usable(kind, spec, current, platform["error"], answers)
 
     specs = {}
     for kind in KINDS:
@@ -100,14 +100,21 @@ def build_report() -> dict[str, Any]:
     }
 
 
-def _engine_usable(devices: tuple[str, ...], current: Any, error: str | None, answers: dict) -> tuple[bool | None, str]:
+def _engine_usable(kind: str, spec: Any, current: Any, error: str | None, answers: dict) -> tuple[bool | None, str]:
+    """Usable column of an engine: the rule of config load (:func:`verl.plugins.selection.device_mismatch`)
+    against the platform this machine resolves to; when it does not match, a usable platform that does."""
+    from verl.plugins.selection import device_mismatch
+
     if current is None:
         return None, f"unknown: no platform resolved ({(error or '').splitlines()[0]})"
-    if current.name in devices or current.device_type in devices:
+    if device_mismatch(kind, spec, current.name, current.device_type) is None:
         return True, f"runs on {current.name}"
-    others = [name for name, a in answers.items() if a.available and name in devices]
+    others = [
+        name for name, a in answers.items() if a.available and device_mismatch(kind, spec, name, a.device_type) is None
+    ]
     hint = f"; usable with trainer.device={others[0]}" if others else ""
-    return False, f"needs {' or '.join(devices)}; this machine resolves to {current.name}{hint}"
+    kind_of = f" (device type {current.device_type})" if current.device_type != current.name else ""
+    return False, f"needs {' or '.join(spec.devices)}; this machine resolves to {current.name}{kind_of}{hint}"
 
 
 def _info(info: Any) -> dict[str, Any]:

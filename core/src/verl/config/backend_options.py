@@ -2,7 +2,9 @@
 
 * the selected backends exist: ``actor.strategy`` and ``critic.strategy`` (training_engine),
   ``rollout.name`` (rollout_engine), ``rollout.checkpoint_engine.backend`` (checkpoint_engine),
-  ``trainer.device`` (platform), and support an explicitly chosen device;
+  ``trainer.device`` (platform), and run on an explicitly chosen device: the platform's name or its
+  device type (from its spec, no device initialised) is in the engine's ``devices``
+  (:func:`verl.plugins.selection.device_mismatch`, the rule ``verl plugins`` and ``verl train`` use);
 * each backend's options, ``<section>.engine_kwargs.<name>``, structure into the plugin's
   ``options_cls`` (an unknown option is an error naming
   ``actor_rollout_ref.rollout.engine_kwargs.vllm.<key>``); a backend without an options class
@@ -153,16 +155,24 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
     cfg = resolve_config(cfg)
     report = IssueCollector()
     try:
+        from verl.plugins.selection import device_mismatch, platform_device_type
         from verl.plugins.specs import backend_unavailable
     except ImportError:  # stripped-down install: nothing to ask the specs
 
         def backend_unavailable(spec: Any) -> str | None:
             return None
 
+        def device_mismatch(kind: str, spec: Any, platform_name: str, device_type: str) -> str | None:
+            return None
+
+        def platform_device_type(spec: Any) -> str:
+            return str(spec.name)
+
     device = cfg.trainer.device
+    device_type = None  # of the named platform, read from its spec (no device is initialised)
     if device is not None:
         try:
-            manager.get("platform", device)
+            device_type = platform_device_type(manager.get("platform", device))
         except Exception as exc:
             report.error("trainer.device", str(exc))
     options: dict[str, Any] = {}
@@ -181,13 +191,10 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
         if missing is not None:
             report.error(name_key, f"{kind.replace('_', ' ')} {name!r} is installed but cannot run here: {missing}")
             continue
-        devices = tuple(getattr(spec, "devices", ()) or ())
-        if device is not None and devices and device not in devices:
-            report.error(
-                name_key,
-                f"{kind.replace('_', ' ')} {name!r} does not support trainer.device={device!r} "
-                f"(supports: {', '.join(devices)})",
-            )
+        # One rule with `verl train` and `verl plugins`: the platform's name or device type is in `devices`.
+        problem = device_mismatch(kind, spec, device, device_type) if device_type is not None else None
+        if problem is not None:
+            report.error(name_key, problem)
         world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
         capabilities = frozenset(getattr(spec, "capabilities", ()) or ())
         if kind == "training_engine" and world > 1 and "data_parallel" not in capabilities:

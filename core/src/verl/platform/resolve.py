@@ -17,6 +17,7 @@ from verl.platform.base import Platform, ProbeResult
 from verl.plugins.discovery import PluginInfo
 from verl.plugins.errors import PlatformResolutionError, PlatformUnavailableError, PluginValidationError
 from verl.plugins.manager import get_plugin_manager
+from verl.plugins.selection import platform_device_type
 
 if TYPE_CHECKING:
     from verl.plugins.manager import PluginManager
@@ -34,6 +35,8 @@ class ProbeAnswer:
     reason: str
     accelerator: bool
     plugin: PluginInfo
+    device_type: str = ""
+    alias_of: str | None = None
 
     def describe(self) -> str:
         """``"cuda [verl-core 0.1.0]: no, torch 2.6.0+cpu is a CPU-only build"``."""
@@ -75,6 +78,8 @@ def probe_platforms(plugin_manager: PluginManager | None = None) -> list[ProbeAn
                 reason=result.reason,
                 accelerator=spec.accelerator,
                 plugin=providers[name],
+                device_type=platform_device_type(spec),
+                alias_of=getattr(spec, "alias_of", None),
             )
         )
     return answers
@@ -112,7 +117,8 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
         return _build(spec, pm)
 
     answers = probe_platforms(pm)
-    positive = [a for a in answers if a.accelerator and a.available]
+    # An alias (rocm of cuda) answers yes exactly where its target does: counting it would make one device two.
+    positive = [a for a in answers if a.accelerator and a.available and a.alias_of is None]
     listing = "\n".join(f"  - {a.describe()}" for a in answers)
     if len(positive) > 1:
         names = ", ".join(a.name for a in positive)
@@ -140,6 +146,17 @@ def _build(spec: PlatformSpec, pm: PluginManager) -> Platform:
         raise PluginValidationError(
             f"factory of platform {spec.name!r} from plugin {plugin.describe()} returned "
             f"{type(platform).__name__}; it must return a verl.platform.Platform instance"
+        )
+    declared = platform_device_type(spec)
+    if platform.device_type != declared:
+        # Config load matched the engines against the declared type; a different one would run them unchecked.
+        plugin = pm.providers("platform")[spec.name]
+        raise PluginValidationError(
+            f"factory of platform {spec.name!r} from plugin {plugin.describe()} returned a platform of device type "
+            f"{platform.device_type!r}, but its PlatformSpec has device_type={declared!r} (config load matches "
+            f"engines against that, without building the platform; undeclared, it is the factory class's "
+            f"device_type or else the name); declare PlatformSpec(name={spec.name!r}, ..., "
+            f"device_type={platform.device_type!r}) or pass the Platform class itself as the factory"
         )
     return platform
 

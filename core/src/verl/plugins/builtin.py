@@ -22,7 +22,8 @@ def verl_platforms() -> list[PlatformSpec]:
 
     return [
         PlatformSpec(name="cpu", probe=CpuPlatform.probe, factory=CpuPlatform, accelerator=False),
-        PlatformSpec(name="cuda", probe=probe_cuda, factory=make_cuda_platform),
+        # The factory is a function (CUDA or ROCm class), so the device type is declared, not derived.
+        PlatformSpec(name="cuda", probe=probe_cuda, factory=make_cuda_platform, device_type="cuda"),
     ]
 
 

@@ -87,6 +87,21 @@ def _str_collection(empty_ok: bool) -> Callable[[object, attrs.Attribute, object
 _DEFAULT_DEVICES = ("cpu", "cuda")
 
 
+def _device_type(inst: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise TypeError(
+            f"{type(inst).__name__}.device_type must be a torch device type such as 'cpu', 'cuda' or 'npu' "
+            f"(or None to derive it), got {value!r}"
+        )
+
+
+def _alias(inst: object, attribute: attrs.Attribute, value: object) -> None:
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise TypeError(f"{type(inst).__name__}.alias_of must be a platform name such as 'cuda' or None, got {value!r}")
+    if value == getattr(inst, "name", None):
+        raise ValueError(f"{type(inst).__name__}.alias_of={value!r} names the platform itself")
+
+
 @attrs.frozen(kw_only=True)
 class PlatformSpec:
     """A device platform (returned by ``verl_platforms``).
@@ -100,6 +115,17 @@ class PlatformSpec:
             only for the chosen platform.
         accelerator: ``True`` for devices that take part in automatic selection; ``False``
             for the fallback (``cpu``).
+        device_type: the torch device type of the platform the factory builds (``"cuda"`` for
+            ``rocm``, ``"cpu"`` for a platform whose tensors live in host memory). Engine specs'
+            ``devices`` are matched against it (and against ``name``) when the config is loaded,
+            without building the platform. ``None`` (the default) derives it: the factory's
+            ``device_type`` class attribute when the factory is a ``Platform`` subclass, else
+            ``name``. After construction it is always a ``str``; the platform the factory returns
+            must have this device type (checked when it is built).
+        alias_of: another platform name this one is an explicit-only alias of (``rocm`` is an alias
+            of ``cuda``: on an AMD machine both answer yes and build the same platform). An alias is
+            selectable by ``trainer.device=<name>`` but left out of the automatic choice, so one
+            device is never counted twice. ``None``: not an alias.
     """
 
     KIND: ClassVar[str] = "platform"
@@ -108,6 +134,22 @@ class PlatformSpec:
     probe: Callable[[], bool | ProbeResult] = attrs.field(validator=_callable)
     factory: Callable[[], Platform] = attrs.field(validator=_callable)
     accelerator: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    device_type: str | None = attrs.field(default=None, validator=attrs.validators.optional(_device_type))
+    alias_of: str | None = attrs.field(default=None, validator=attrs.validators.optional(_alias))
+
+    def __attrs_post_init__(self) -> None:
+        if self.device_type is None:
+            # Frozen record: the derived value is set once, here, so every reader sees a str.
+            object.__setattr__(self, "device_type", derived_device_type(self.name, self.factory))
+
+
+def derived_device_type(name: str, factory: object) -> str:
+    """The device type of a platform spec that does not declare one: ``factory.device_type`` when the
+    factory is a class with a ``str`` ``device_type`` (a ``Platform`` subclass), else ``name``.
+
+    Never calls the factory (config load must not initialise a device)."""
+    declared = getattr(factory, "device_type", None) if isinstance(factory, type) else None
+    return declared if isinstance(declared, str) and declared else name
 
 
 @attrs.frozen(kw_only=True)
@@ -158,9 +200,13 @@ class TrainingEngineSpec(_BackendSpec):
             only when called. Its arguments are defined by the engines protocol.
         options_cls: attrs class (or dataclass) of the backend's own options, validated when the
             config is loaded, or ``None``.
-        devices: device types / platform names it runs on, matched against the resolved
-            platform's ``name`` or ``device_type`` (default ``("cpu", "cuda")``; ``"cuda"``
-            also covers ROCm, whose torch device type is ``cuda``).
+        devices: where it runs, normally torch device types (default ``("cpu", "cuda")``): a
+            platform matches when its ``device_type`` *or* its ``name`` is listed
+            (:func:`verl.plugins.selection.engine_runs_on`, the one rule of config load, ``verl
+            train`` and ``verl plugins``). ``"cuda"`` covers ROCm (device type ``cuda``) and a
+            vendor platform whose tensors are ``cuda`` tensors; ``"cpu"`` covers any platform with
+            device type ``cpu``. List a platform *name* only to restrict an engine to one platform
+            of a shared device type.
         capabilities: feature flags (``{"lora", "offload"}``) checked at config load;
             ``data_parallel`` (may train on more than one worker), ``share_module`` (a rollout
             engine may generate from its live module).

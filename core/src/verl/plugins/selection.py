@@ -1,0 +1,69 @@
+"""Which engine runs on which platform: the one rule used by config load, ``verl train`` and ``verl plugins``.
+
+An engine spec lists ``devices``, normally torch device types (``("cpu", "cuda")``). A platform matches
+when its ``device_type`` or its ``name`` is listed, so a vendor platform named ``pretend`` whose tensors
+live in host memory (device type ``cpu``) runs core's ``reference``/``hf``/``colocated`` engines, and
+``rocm`` (device type ``cuda``) runs every engine that lists ``cuda``.
+
+The platform's device type is read from its :class:`~verl.plugins.specs.PlatformSpec` (declared, or derived
+from the factory class) without building the platform, so config load never initialises a device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from verl.plugins.specs import derived_device_type
+
+
+def platform_device_type(spec: Any) -> str:
+    """The torch device type of a platform spec, without calling its factory.
+
+    Args:
+        spec: a :class:`~verl.plugins.specs.PlatformSpec` (or any object with ``name`` and optionally
+            ``device_type`` / ``factory``, e.g. a test's stand-in).
+
+    Returns:
+        ``spec.device_type`` when it is set, else the factory class's ``device_type``, else ``spec.name``.
+    """
+    declared = getattr(spec, "device_type", None)
+    if isinstance(declared, str) and declared:
+        return declared
+    return derived_device_type(spec.name, getattr(spec, "factory", None))
+
+
+def engine_runs_on(devices: Iterable[str], platform_name: str, device_type: str) -> bool:
+    """Whether an engine declaring ``devices`` runs on platform ``platform_name`` of ``device_type``.
+
+    True when either is listed; an empty ``devices`` places no restriction (a stand-in spec without the
+    field). This is the only place the rule is written.
+    """
+    listed = tuple(devices)
+    return not listed or platform_name in listed or device_type in listed
+
+
+def device_mismatch(kind: str, spec: Any, platform_name: str, device_type: str) -> str | None:
+    """Why engine ``spec`` of ``kind`` cannot run on the platform, or ``None`` when it can.
+
+    Args:
+        kind: ``"training_engine"``, ``"rollout_engine"`` or ``"checkpoint_engine"`` (used in the text).
+        spec: the engine spec (its ``name`` and ``devices`` are read).
+        platform_name: the platform's name (``trainer.device`` or the automatic choice).
+        device_type: that platform's torch device type (:func:`platform_device_type`).
+
+    Returns:
+        A message naming the engine, the platform, its device type, what the engine supports and the fix.
+    """
+    devices = tuple(getattr(spec, "devices", ()) or ())
+    if engine_runs_on(devices, platform_name, device_type):
+        return None
+    label = kind.replace("_", " ")
+    platform = f"platform {platform_name!r} (device type {device_type!r})"
+    if platform_name == device_type:
+        platform = f"platform {platform_name!r}"
+    return (
+        f"{label} {spec.name!r} does not run on {platform} (supports: {', '.join(devices)}); "
+        f"choose a {label} that lists {device_type!r} in its devices, or a platform whose name or device type "
+        f"is one of {', '.join(devices)} (trainer.device)"
+    )
