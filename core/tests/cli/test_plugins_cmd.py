@@ -102,7 +102,7 @@ def test_json_report(site, capsys):
     assert report["api_version"] == [1, 0] and report["allow_list"] is None
     by_name = {p["name"]: p for p in report["plugins"]}
     assert by_name["builtin"]["distribution"] == "verl-core"
-    assert by_name["builtin"]["provides"]["platform"] == ["cpu", "cuda"]
+    assert by_name["builtin"]["provides"]["platform"] == ["cpu", "cuda", "rocm"]
     assert by_name["engines"] == {
         "name": "engines",
         "distribution": "verl-engines",

@@ -171,7 +171,7 @@ def test_builtin_is_registered_directly_without_installed_metadata(monkeypatch):
     pm = PluginManager()
     (info,) = pm.plugins
     assert (info.name, info.distribution, info.module) == ("builtin", "verl-core", "verl.plugins.builtin")
-    assert set(pm.available("platform")) == {"cpu", "cuda"}
+    assert set(pm.available("platform")) == {"cpu", "cuda", "rocm"}
 
 
 def test_builtin_entry_point_is_declared_by_verl_core():
@@ -207,5 +207,5 @@ def test_a_plugin_querying_the_manager_while_imported_does_not_recurse(fake_dist
     fake_dist("verl-nosy", entry_points={"nosy": "nosy_plugin"}, modules={"nosy_plugin": source})
     pm = get_plugin_manager()
     assert pm.get("rollout_engine", "nosy").name == "nosy"
-    assert sys.modules["nosy_plugin"].SEEN == ["cpu", "cuda"]  # the built-in loaded before it
+    assert sys.modules["nosy_plugin"].SEEN == ["cpu", "cuda", "rocm"]  # the built-in loaded before it
     assert pm.failures == []

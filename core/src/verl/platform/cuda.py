@@ -1,9 +1,13 @@
 """The ``cuda`` platform: NVIDIA GPUs through CUDA, and AMD GPUs through ROCm.
 
 torch exposes ROCm (HIP) devices as device type ``cuda`` with the same ``torch.cuda`` module and
-the ``nccl`` backend name (RCCL underneath), so one spec named ``cuda`` covers both, as in verl,
-where ``trainer.device=cuda`` also runs on AMD. On a ROCm build (``torch.version.hip`` set) the
+the ``nccl`` backend name (RCCL underneath), so the spec named ``cuda`` covers both, as in verl,
+where ``trainer.device=cuda`` also runs on AMD. On a ROCm build (``torch.version.hip`` set) its
 factory returns :class:`RocmPlatform` (name ``rocm``, vendor ``amd``, ``HIP_VISIBLE_DEVICES``).
+
+A second spec, ``rocm`` (:func:`probe_rocm`, factory :class:`RocmPlatform`, ``alias_of="cuda"``), makes
+``trainer.device=rocm`` work too: it says yes only on a ROCm build with devices, and being an alias it is
+left out of the automatic choice, where the ``cuda`` spec already counts the same devices.
 
 Together with :mod:`verl.platform.base` this is the only place in core that touches
 ``torch.cuda``.
@@ -47,6 +51,30 @@ def probe_cuda() -> ProbeResult:
             False, f"torch {torch.__version__} ({runtime}) sees no devices ({env}={os.environ.get(env)!r})"
         )
     return ProbeResult(True, f"{count} device(s), {runtime}")
+
+
+def probe_rocm() -> ProbeResult:
+    """Whether AMD GPUs are usable through ROCm: :func:`probe_cuda` on a ROCm (HIP) build of torch, else no,
+    naming the build (``torch 2.6.0+cu124 is a CUDA build (CUDA 12.4), not ROCm; ...``). Never raises."""
+    try:
+        import torch
+    except Exception as exc:  # a broken torch install is an answer, not a crash
+        return ProbeResult(False, f"importing torch failed: {type(exc).__name__}: {exc}")
+    try:
+        hip = getattr(torch.version, "hip", None)
+        cuda = getattr(torch.version, "cuda", None)
+        built = torch.backends.cuda.is_built()
+    except Exception as exc:
+        return ProbeResult(False, f"querying the torch build failed: {type(exc).__name__}: {exc}")
+    if hip:
+        return probe_cuda()
+    install = "install a ROCm build of torch (https://pytorch.org/get-started/locally/, ROCm wheels)"
+    if built and cuda:
+        return ProbeResult(
+            False,
+            f"torch {torch.__version__} is a CUDA build (CUDA {cuda}), not ROCm; use trainer.device=cuda, or {install}",
+        )
+    return ProbeResult(False, f"torch {torch.__version__} is a CPU-only build, not ROCm; {install}")
 
 
 class CudaPlatform(Platform):

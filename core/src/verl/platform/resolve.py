@@ -41,7 +41,7 @@ class ProbeAnswer:
     def describe(self) -> str:
         """``"cuda [verl-core 0.1.0]: no, torch 2.6.0+cpu is a CPU-only build"``."""
         dist = " ".join(p for p in (self.plugin.distribution, self.plugin.version) if p) or self.plugin.name
-        role = "" if self.accelerator else " (fallback)"
+        role = f" (alias of {self.alias_of})" if self.alias_of else ("" if self.accelerator else " (fallback)")
         return f"{self.name}{role} [{dist}]: {'yes' if self.available else 'no'}, {self.reason}"
 
 

@@ -1,4 +1,4 @@
-"""Core's own plugin: the ``cpu`` and ``cuda`` platforms and the algorithms of :mod:`verl.algorithms`.
+"""Core's own plugin: the ``cpu``, ``cuda`` and ``rocm`` platforms and the algorithms of :mod:`verl.algorithms`.
 
 Registered through the public entry-point group (``builtin = "verl.plugins.builtin"`` in
 verl-core's ``pyproject.toml``), so core exercises the same path as third-party plugins. It is
@@ -16,14 +16,17 @@ VERL_PLUGIN_API = PLUGIN_API_VERSION
 
 @hookimpl
 def verl_platforms() -> list[PlatformSpec]:
-    """``cpu`` (the fallback, always available) and ``cuda`` (NVIDIA CUDA or AMD ROCm)."""
+    """``cpu`` (the fallback, always available), ``cuda`` (NVIDIA CUDA or AMD ROCm) and ``rocm`` (AMD ROCm
+    only, an explicit-only alias of ``cuda``)."""
     from verl.platform.cpu import CpuPlatform
-    from verl.platform.cuda import make_cuda_platform, probe_cuda
+    from verl.platform.cuda import RocmPlatform, make_cuda_platform, probe_cuda, probe_rocm
 
     return [
         PlatformSpec(name="cpu", probe=CpuPlatform.probe, factory=CpuPlatform, accelerator=False),
         # The factory is a function (CUDA or ROCm class), so the device type is declared, not derived.
         PlatformSpec(name="cuda", probe=probe_cuda, factory=make_cuda_platform, device_type="cuda"),
+        # trainer.device=rocm: yes only on a ROCm build; an alias, so an AMD box has one automatic candidate.
+        PlatformSpec(name="rocm", probe=probe_rocm, factory=RocmPlatform, alias_of="cuda"),
     ]
 
 
