@@ -80,7 +80,7 @@ def test_two_positive_probes_are_an_error_listing_every_answer():
     assert "  - npu [fake-platforms 1.0]: yes, 8 devices" in text
     assert "  - xpu [fake-platforms 1.0]: yes, probe answered yes" in text
     assert "  - tpu [fake-platforms 1.0]: no, probe raised OSError: libnpu.so not found" in text
-    assert text.endswith("Set trainer.device to one of: npu, xpu")
+    assert text.endswith("Set trainer.device to one of: npu, xpu (e.g. trainer.device=npu)")
     assert [(a.name, a.available) for a in err.value.answers] == [
         ("cpu", True),
         ("npu", True),

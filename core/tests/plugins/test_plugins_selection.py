@@ -152,3 +152,33 @@ def test_a_factory_building_another_device_type_than_the_spec_says_is_refused_wh
     assert "declare PlatformSpec(name='pretend', ..., device_type='cpu')" in str(info.value)
     declared = _manager(PlatformSpec(name="pretend", probe=_yes, factory=lambda: PretendPlatform(), device_type="cpu"))
     assert type(resolve_platform("pretend", plugin_manager=declared)) is PretendPlatform
+
+
+class OtherPretendPlatform(CpuPlatform):
+    """A second stand-in vendor platform of device type ``cpu``."""
+
+    name = "otherpretend"
+
+
+def test_two_accelerators_answering_yes_the_advice_works_end_to_end():
+    """``trainer.device: null`` with two positive probes fails listing both; following its advice passes config
+    load (core's engines, by device type) and resolves to the named platform."""
+    from verl.platform import PlatformResolutionError
+    from verl.platform.resolve import resolve_platform
+
+    pm = _manager(
+        PlatformSpec(name="pretend", probe=_yes, factory=PretendPlatform),
+        PlatformSpec(name="otherpretend", probe=lambda: True, factory=OtherPretendPlatform),
+    )
+    cfg = load_config(plugin_manager=pm)  # null: nothing to check at config load
+    with pytest.raises(PlatformResolutionError) as info:
+        resolve_platform(cfg.trainer.device, plugin_manager=pm)
+    text = str(info.value)
+    assert "  - pretend [verl-vendor 2.0]: yes, 1 stand-in device" in text
+    assert "  - otherpretend [verl-vendor 2.0]: yes, probe answered yes" in text
+    advice = text.splitlines()[-1]
+    assert advice == "Set trainer.device to one of: pretend, otherpretend (e.g. trainer.device=pretend)"
+    for name, cls in (("pretend", PretendPlatform), ("otherpretend", OtherPretendPlatform)):
+        cfg = load_config(overrides=[f"trainer.device={name}"], plugin_manager=pm)
+        assert validate_backend_options(cfg, pm)  # reference / hf / colocated accepted
+        assert type(resolve_platform(cfg.trainer.device, plugin_manager=pm)) is cls

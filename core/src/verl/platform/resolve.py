@@ -124,7 +124,7 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
         names = ", ".join(a.name for a in positive)
         raise PlatformResolutionError(
             f"cannot choose a platform: {len(positive)} accelerator probes answered yes and no device was named:\n"
-            f"{listing}\nSet trainer.device to one of: {names}",
+            f"{listing}\nSet trainer.device to one of: {names} (e.g. trainer.device={positive[0].name})",
             answers=answers,
         )
     if positive:
