@@ -157,3 +157,39 @@ def perturb_weights(weights: Iterable[tuple[str, torch.Tensor]], *, scale: float
             by_storage[key] = value
         out[name] = by_storage[key]
     return out
+
+
+# The training kits' batch: 8 rows whose valid prompt and response lengths differ (one response is empty), so
+# micro-batches of 2 rows hold 15, 14, 1 and 3 response tokens: a per-micro-batch mean (instead of the
+# mini-batch token mean) or a lost empty row shows up in the loss, the gradient and the log-probs.
+TRAINING_PROMPT_LENS: tuple[int, ...] = (6, 5, 4, 6, 2, 3, 1, 2)
+TRAINING_RESPONSE_LENS: tuple[int, ...] = (8, 7, 6, 8, 1, 0, 2, 1)
+TRAINING_PROMPT_WIDTH, TRAINING_RESPONSE_WIDTH = 6, 8
+TRAINING_TEMPERATURE = 0.7
+
+
+def make_training_batch(seed: int = 0) -> Any:
+    """The batch the training kits feed every engine (rows as the trainer hands them to ``update_actor``).
+
+    :func:`verl.testing.batches.ragged_rl_batch` of :data:`TRAINING_PROMPT_LENS` / :data:`TRAINING_RESPONSE_LENS`
+    (left-padded prompts of width 6, right-padded responses of width 8, token ids 4-99 of the tiny
+    tokenizer) plus ``advantages`` ``N(0, 1) * response_mask`` and ``old_log_probs``
+    ``(-3 - U(0, 1)) * response_mask`` (float32, ``(8, 8)``), ``meta_info={"temperature": 0.7}``. Seeded
+    by ``seed`` only (a private generator).
+    """
+    from verl.testing.batches import ragged_rl_batch
+
+    gen = torch.Generator().manual_seed(seed)
+    data = ragged_rl_batch(
+        TRAINING_PROMPT_LENS,
+        TRAINING_RESPONSE_LENS,
+        TRAINING_PROMPT_WIDTH,
+        TRAINING_RESPONSE_WIDTH,
+        gen,
+        meta_info={"temperature": TRAINING_TEMPERATURE},
+    )
+    mask = data.batch["response_mask"]
+    rows, width = mask.shape
+    data.batch["advantages"] = torch.randn(rows, width, generator=gen) * mask
+    data.batch["old_log_probs"] = (-3.0 - torch.rand(rows, width, generator=gen)) * mask
+    return data

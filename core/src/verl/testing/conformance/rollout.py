@@ -1,7 +1,8 @@
 """``RolloutEngineTests``: the conformance suite every rollout engine plugin subclasses.
 
 The suite checks an engine against the tensor layout contract of :mod:`verl.engines.base` and
-against the reference training engine (the numerical oracle), on a tiny model built from a config.
+against the reference training engine (the numerical oracle), on a tiny model built from a config. The
+engine is built from the plugin's spec and a loaded config, as the worker builds it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from verl.engines.base import RolloutEngine, wake_up_tagged
+from verl.testing.conformance.build import engine_overrides, load_kit_config, plugin_spec
 from verl.testing.conformance.checks import (
     LOG_PROB_KEY,
     check_eos_stops,
@@ -23,7 +25,6 @@ from verl.testing.conformance.checks import (
 from verl.testing.conformance.inputs import (
     CONFORMANCE_PROMPTS,
     make_prompt_batch,
-    make_rollout_config,
     perturb_weights,
     save_conformance_model,
 )
@@ -59,41 +60,84 @@ def _assert_same_text(a: Any, b: Any, what: str) -> None:
         assert not rows, f"{what}: {key} differ in rows {rows[:5]} of {len(same)}"
 
 
+def rollout_overrides(model_path: Any, name: str) -> list[str]:
+    """The suite's rollout settings as config overrides: engine ``name`` on ``model_path``.
+
+    ``n=2, temperature=0.7, top_p=1.0, top_k=-1, do_sample=True``, prompts padded to 32 tokens
+    (``data.max_prompt_length``, which ``rollout.prompt_length`` follows), ``response_length=16``
+    (``data.max_response_length``), ``calculate_log_probs=True, seed=0`` and greedy ``val_kwargs``
+    (``n=1, do_sample=False, temperature=0, top_p=1.0, top_k=-1``): the values of
+    :func:`~verl.testing.conformance.make_rollout_config`. The temperature is not 1 so that log-probs computed
+    without it fail (K09); ``top_p``/``top_k`` are off so the sampling distribution is ``softmax(logits / T)``.
+    """
+    rollout = "actor_rollout_ref.rollout"
+    return [
+        f"actor_rollout_ref.model.path={model_path}",
+        f"{rollout}.name={name}",
+        f"{rollout}.n=2",
+        f"{rollout}.temperature=0.7",
+        f"{rollout}.top_p=1.0",
+        f"{rollout}.top_k=-1",
+        f"{rollout}.do_sample=true",
+        "data.max_prompt_length=32",
+        "data.max_response_length=16",
+        f"{rollout}.calculate_log_probs=true",
+        f"{rollout}.seed=0",
+        f"{rollout}.val_kwargs.n=1",
+        f"{rollout}.val_kwargs.do_sample=false",
+        f"{rollout}.val_kwargs.temperature=0",
+        f"{rollout}.val_kwargs.top_p=1.0",
+        f"{rollout}.val_kwargs.top_k=-1",
+    ]
+
+
 class RolloutEngineTests:
     """Conformance tests for a :class:`verl.engines.base.RolloutEngine`; subclass it in a ``Test*`` class.
 
     Usage (a plugin's ``tests/test_conformance.py``)::
 
         import pytest
-        from verl.testing.conformance import RolloutEngineTests, make_rollout_config
+        from verl.testing.conformance import RolloutEngineTests
 
 
         class TestVllmConformance(RolloutEngineTests):
-            @pytest.fixture(scope="class")
-            @classmethod
-            def rollout_engine_factory(cls):
-                from verl_vllm.rollout import VllmRollout
-
-                return lambda model_path, tokenizer, config: VllmRollout(model_path, tokenizer, config)
+            rollout_name = "vllm"                       # actor_rollout_ref.rollout.name
 
             @pytest.fixture(scope="class")
             @classmethod
-            def rollout_config(cls):
-                return make_rollout_config(dtype="bfloat16", gpu_memory_utilization=0.3)
+            def engine_kwargs(cls):                      # actor_rollout_ref.rollout.engine_kwargs.vllm
+                return {"max_model_len": 256}
+
+            @pytest.fixture(scope="class")
+            @classmethod
+            def config_overrides(cls):
+                return ["actor_rollout_ref.rollout.dtype=bfloat16"]
 
             @pytest.fixture(scope="class")
             @classmethod
             def logprob_atol(cls):
                 return 5e-2  # bf16 logits
 
-    Fixtures (override any of them in the subclass under the same name). The engine is built once per
-    class, so the fixtures it is built from (factory, ``model_path``, ``tokenizer``, ``rollout_config``,
-    ``prompt_texts``) must keep scope ``"class"`` or wider (pytest reports a ScopeMismatch otherwise).
-    Write ``@classmethod`` under ``@pytest.fixture``: pytest >= 9.1 deprecates class-scoped fixtures that
-    are instance methods (the classmethod form also works on pytest 8).
+    The engine is built as the worker builds it: ``spec.factory(cfg, model=model_path, tokenizer=tokenizer,
+    device=device)``, with ``spec = get_plugin_manager().get("rollout_engine", rollout_name)`` and ``cfg`` from
+    :func:`verl.config.load_config` of :func:`rollout_overrides` + ``engine_kwargs`` + ``config_overrides``, so
+    the plugin's options and ``check_config`` run exactly as at config load. The engine is built once per
+    class, so the fixtures it is built from must keep scope ``"class"`` or wider (pytest reports a
+    ScopeMismatch otherwise). Write ``@classmethod`` under ``@pytest.fixture``: pytest >= 9.1 deprecates
+    class-scoped fixtures that are instance methods (the classmethod form also works on pytest 8).
 
-    ``rollout_engine_factory`` (required)
-        A callable ``(model_path, tokenizer, config) -> engine``. The default fails and asks for it.
+    Class attribute ``rollout_name`` (required): the ``RolloutEngineSpec.name``.
+
+    Fixtures (override any of them in the subclass under the same name):
+
+    ``engine_kwargs``
+        The engine's options (``{}``); nested dicts become dotted keys, so an unknown option is reported
+        with its full key.
+    ``config_overrides``
+        More ``key=value`` overrides (``[]``), e.g. ``actor_rollout_ref.rollout.dtype=bfloat16``. Keep
+        ``calculate_log_probs=true``, a temperature other than 1 (else K09 goes unchecked) and ``n >= 2``.
+    ``device``
+        The worker's device (``torch.device("cpu")``).
     ``model_path`` (module scope)
         HF folder of the model. Default: :func:`~verl.testing.conformance.save_conformance_model` in a
         tmp dir: the tiny Llama of :mod:`verl.testing.tiny` (vocab 104, 2 layers, width 32, head_dim 8)
@@ -102,12 +146,9 @@ class RolloutEngineTests:
         ``save_conformance_model(path, hidden_size=128)``.
     ``tokenizer``
         Default ``verl.models.load_tokenizer(model_path)`` (left padding, pad token set).
-    ``rollout_config``
-        The rollout section as a ``SimpleNamespace`` with verl keys, default
-        :func:`~verl.testing.conformance.make_rollout_config`: ``n=2, temperature=0.7, top_p=1.0, top_k=-1,
-        do_sample=True, prompt_length=32, response_length=16, calculate_log_probs=True, seed=0``, greedy
-        ``val_kwargs``. Add engine keys with ``make_rollout_config(dtype="bfloat16", ...)``. Keep
-        ``calculate_log_probs=True``, a temperature other than 1 (else K09 goes unchecked) and ``n >= 2``.
+    ``config`` / ``rollout_config``
+        The loaded RootConfig and its ``actor_rollout_ref.rollout`` section (what the tests read ``n``,
+        ``temperature`` and ``response_length`` from).
     ``prompt_texts``
         Default :data:`~verl.testing.conformance.CONFORMANCE_PROMPTS` (4 prompts of different lengths).
     ``prompts``
@@ -129,9 +170,9 @@ class RolloutEngineTests:
         :class:`verl.engines.reference.training.ReferenceTrainingEngine` on ``model_path``, float32 on CPU,
         forward-only: the oracle for log-probs.
     ``rollout_engine``
-        ``rollout_engine_factory(model_path, tokenizer, rollout_config)``, built once per class and shared
-        by the tests (greedy comparisons are taken within one test; the weight test restores the original
-        weights even when it fails). Override it to add teardown (``yield engine`` then free it).
+        The spec-built engine, shared by the tests (greedy comparisons are taken within one test; the weight
+        test restores the original weights even when it fails); its ``close()``, when it has one, runs at
+        teardown. Override it only to add more teardown.
 
     Tests (greedy means ``meta_info={"validate": True}``, i.e. ``val_kwargs``):
 
@@ -159,15 +200,24 @@ class RolloutEngineTests:
     The default suite takes a few seconds on CPU with the ``hf`` engine.
     """
 
+    rollout_name: str = ""
+
     # ------------------------------------------------------------------ fixtures a plugin overrides
 
     @pytest.fixture(scope="class")
     @classmethod
-    def rollout_engine_factory(cls) -> Any:
-        pytest.fail(
-            f"{cls.__name__} must override the `rollout_engine_factory` fixture: return a callable "
-            "(model_path, tokenizer, config) -> rollout engine"
-        )
+    def engine_kwargs(cls) -> dict[str, Any]:
+        return {}
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def config_overrides(cls) -> list[str]:
+        return []
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def device(cls) -> torch.device:
+        return torch.device("cpu")
 
     @pytest.fixture(scope="module")
     @classmethod
@@ -183,8 +233,26 @@ class RolloutEngineTests:
 
     @pytest.fixture(scope="class")
     @classmethod
-    def rollout_config(cls) -> Any:
-        return make_rollout_config()
+    def rollout_spec(cls) -> Any:
+        if not cls.rollout_name:
+            pytest.fail(f"{cls.__name__} must set the class attribute rollout_name (e.g. 'vllm')", pytrace=False)
+        return plugin_spec("rollout_engine", cls.rollout_name)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def config(cls, rollout_spec: Any, model_path: Any, engine_kwargs: dict, config_overrides: list) -> Any:
+        return load_kit_config(
+            [
+                *rollout_overrides(model_path, cls.rollout_name),
+                *engine_overrides("rollout_engine", cls.rollout_name, engine_kwargs),
+                *config_overrides,
+            ]
+        )
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def rollout_config(cls, config: Any) -> Any:
+        return config.actor_rollout_ref.rollout
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -210,8 +278,12 @@ class RolloutEngineTests:
 
     @pytest.fixture(scope="class")
     @classmethod
-    def rollout_engine(cls, rollout_engine_factory: Any, model_path: Any, tokenizer: Any, rollout_config: Any) -> Any:
-        return rollout_engine_factory(model_path, tokenizer, rollout_config)
+    def rollout_engine(cls, rollout_spec: Any, config: Any, model_path: Any, tokenizer: Any, device: Any) -> Any:
+        engine = rollout_spec.factory(config, model=model_path, tokenizer=tokenizer, device=device)
+        yield engine
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
 
     @pytest.fixture(scope="class")
     @classmethod
