@@ -135,7 +135,7 @@ def test_disabled_and_conflicting_plugins(site, capsys, monkeypatch):
     rc, out = _run(capsys)
     assert rc == 1
     assert "Not loaded (VERL_PLUGINS='engines,engines-fork' does not list them):\n  - extra (verl-extra 1.0)" in out
-    assert "Conflicts (lookups of these kinds fail until one provider is removed):" in out
+    assert "Conflicts (these names cannot be used until all but one provider is removed):" in out
     # plugins load sorted by distribution name, so engines-fork comes first
     assert "  - training_engine 'anywhere': fork (engines-fork); engines (verl-engines)" in out
     assert "  - rollout_engine 'gpu_only': fork (engines-fork); engines (verl-engines)" in out

@@ -111,7 +111,8 @@ def test_explicit_unknown_platform_lists_the_platforms():
     pm = _manager(_accel("xpu", lambda: False))
     with pytest.raises(UnknownPluginError, match=r"unknown platform 'npu'; available: cpu, xpu") as err:
         resolve_platform("npu", plugin_manager=pm)
-    assert "verl-npu is not available yet" in str(err.value)  # no verl-npu plugin exists
+    assert "'npu' is provided by the verl-npu plugin, which is not installed" in str(err.value)
+    assert "pip install './plugins/verl-npu[npu]'" in str(err.value)
 
 
 def test_probe_answers_are_normalised():

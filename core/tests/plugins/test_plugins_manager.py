@@ -99,8 +99,12 @@ def test_unknown_well_known_backend_gets_an_install_hint(pm):
     assert "pip install './plugins/verl-vllm[cpu]'" in str(err.value)
     with pytest.raises(UnknownPluginError, match=r"pip install \./plugins/verl-fsdp"):
         pm.get("training_engine", "fsdp")
-    with pytest.raises(UnknownPluginError, match=r"verl-npu is not available yet"):
+    with pytest.raises(UnknownPluginError, match=r"pip install '\./plugins/verl-npu\[npu\]' \(Ascend NPU"):
         pm.get("platform", "npu")
+    with pytest.raises(UnknownPluginError, match=r"verl-megatron is not available yet \(no such plugin exists"):
+        pm.get("training_engine", "megatron")
+    with pytest.raises(UnknownPluginError, match=r"verl-sglang is not available yet"):
+        pm.get("rollout_engine", "sglang")
     # algorithm kinds never get backend hints
     with pytest.raises(UnknownPluginError) as err:
         pm.get("advantage_estimator", "vllm")
@@ -120,17 +124,45 @@ def test_two_distributions_claiming_one_name_conflict_naming_both(pm):
     second, _ = rollout_plugin("fake_vllm_b", "vllm")
     pm.register(first, name="vllm", dist_name="verl-vllm", version="0.1")
     pm.register(second, name="vllm", dist_name="vllm-fork", version="9.9")
-    for query in (lambda: pm.get("rollout_engine", "hf"), lambda: pm.available("rollout_engine")):
-        with pytest.raises(PluginConflictError) as err:
-            query()
-        text = str(err.value)
-        assert "rollout engine 'vllm' is provided by 2 plugins" in text
-        assert "verl-vllm 0.1" in text and "vllm-fork 9.9" in text
-        assert isinstance(err.value, ValueError)
+    with pytest.raises(PluginConflictError) as err:
+        pm.get("rollout_engine", "vllm")
+    text = str(err.value)
+    assert "rollout engine 'vllm' is provided by 2 plugins" in text
+    assert "verl-vllm 0.1" in text and "vllm-fork 9.9" in text
+    assert isinstance(err.value, ValueError)
     assert [i.distribution for i in err.value.conflicts["vllm"]] == ["verl-vllm", "vllm-fork"]
     assert [c.plugin.distribution for c in pm.claims("rollout_engine")] == ["verl-vllm", "verl-vllm", "vllm-fork"]
     assert list(pm.conflicts("rollout_engine")) == ["vllm"]
     assert pm.available("training_engine") == {}  # other kinds are unaffected
+
+
+def test_a_conflict_blocks_only_its_own_name(pm):
+    """Two unrelated plugins both claim ``foo``: ``hf`` (and every other name) still resolves; ``foo`` is left
+    out of ``available``/``providers`` (neither claimant silently wins) and only asking for it raises."""
+    core, (hf,) = rollout_plugin("fake_core_hf", "hf")
+    first, _ = rollout_plugin("fake_foo_a", "foo", "bar")
+    second, _ = rollout_plugin("fake_foo_b", "foo")
+    pm.register(core, dist_name="verl-core", version="0.1.0")
+    pm.register(first, dist_name="verl-foo-a", version="1.0")
+    pm.register(second, dist_name="verl-foo-b", version="2.0")
+    assert pm.get("rollout_engine", "hf") is hf
+    assert list(pm.available("rollout_engine")) == ["hf", "bar"]
+    assert {n: i.distribution for n, i in pm.providers("rollout_engine").items()} == {
+        "hf": "verl-core",
+        "bar": "verl-foo-a",
+    }
+    assert pm.provider("rollout_engine", "bar").distribution == "verl-foo-a"
+    with pytest.raises(PluginConflictError) as err:
+        pm.get("rollout_engine", "foo")
+    assert str(err.value).splitlines()[0] == (
+        "rollout engine 'foo' is provided by 2 plugins: verl-foo-a 1.0 (entry point 'fake_foo_a', module fake_foo_a); "
+        "verl-foo-b 2.0 (entry point 'fake_foo_b', module fake_foo_b)"
+    )
+    assert list(err.value.conflicts) == ["foo"]
+    with pytest.raises(UnknownPluginError) as unknown:
+        pm.get("rollout_engine", "baz")
+    assert "available: hf, bar" in str(unknown.value)
+    assert "Not available because two plugins claim them: 'foo' (verl-foo-a 1.0" in str(unknown.value)
 
 
 def test_same_name_in_different_kinds_is_not_a_conflict(pm):

@@ -3,7 +3,8 @@
 Lists every plugin of entry-point group ``verl.plugins`` (name, distribution, version, module,
 plugin API, provided names per kind), every provided name with "usable here: yes/no" and the
 reason (platform probes' answers; engine devices against the platform this machine resolves
-to), plugins that failed to load with their errors, plugins disabled by ``VERL_PLUGINS`` and
+to, by the rule of config load; a name two plugins claim: not usable, "conflict: provided by A and
+B"), plugins that failed to load with their errors, plugins disabled by ``VERL_PLUGINS`` and
 name conflicts. Exit status 1 when any plugin failed or conflicts, else 0.
 """
 
@@ -40,7 +41,7 @@ def build_report() -> dict[str, Any]:
     claims = {kind: pm.distinct_claims(kind) for kind in KINDS}  # collect first: hook failures show up here
     conflicts = {kind: pm.conflicts(kind) for kind in KINDS}
 
-    answers = {} if conflicts["platform"] else {a.name: a for a in probe_platforms(pm)}
+    answers = {a.name: a for a in probe_platforms(pm)}  # a platform name claimed twice is not probed
     try:
         current = resolve_platform(plugin_manager=pm)
         platform = {"name": current.name, "device_type": current.device_type, "error": None}
@@ -52,9 +53,13 @@ def build_report() -> dict[str, Any]:
     from verl.plugins.specs import backend_unavailable
 
     def usable(kind: str, spec: Any) -> tuple[bool | None, str]:
+        clash = conflicts[kind].get(spec.name)
+        if clash is not None:  # the lookups refuse this name: list it as what it is, not as usable
+            who = " and ".join(info.distribution or info.name for info in clash)
+            return False, f"conflict: provided by {who}"
         if kind == "platform":
-            answer = answers.get(spec.name)
-            return (None, "conflict: see below") if answer is None else (answer.available, answer.reason)
+            answer = answers[spec.name]
+            return answer.available, answer.reason
         if not hasattr(spec, "devices"):
             return True, "device-independent"
         missing = backend_unavailable(spec)
@@ -176,7 +181,7 @@ def format_report(report: dict[str, Any]) -> str:
             f"  - {d['name']} ({d['distribution'] or '-'} {d['version'] or ''})".rstrip() for d in report["disabled"]
         ]
     if report["conflicts"]:
-        out += ["", "Conflicts (lookups of these kinds fail until one provider is removed):"]
+        out += ["", "Conflicts (these names cannot be used until all but one provider is removed):"]
         for c in report["conflicts"]:
             who = "; ".join(f"{p['name']} ({p['distribution'] or '-'})" for p in c["providers"])
             out.append(f"  - {c['kind']} {c['name']!r}: {who}")

@@ -15,7 +15,12 @@ import attrs
 
 from verl.platform.base import Platform, ProbeResult
 from verl.plugins.discovery import PluginInfo
-from verl.plugins.errors import PlatformResolutionError, PlatformUnavailableError, PluginValidationError
+from verl.plugins.errors import (
+    PlatformResolutionError,
+    PlatformUnavailableError,
+    PluginConflictError,
+    PluginValidationError,
+)
 from verl.plugins.manager import get_plugin_manager
 from verl.plugins.selection import platform_device_type
 
@@ -63,8 +68,8 @@ def run_probe(spec: PlatformSpec) -> ProbeResult:
 def probe_platforms(plugin_manager: PluginManager | None = None) -> list[ProbeAnswer]:
     """Run every registered platform's probe (accelerators and fallback), in load order.
 
-    Raises:
-        PluginConflictError: two plugins provide a platform of the same name.
+    A platform name two plugins claim is not probed (neither claimant is chosen); see
+    :meth:`verl.plugins.PluginManager.conflicts`.
     """
     pm = get_plugin_manager() if plugin_manager is None else plugin_manager
     providers = pm.providers("platform")
@@ -99,6 +104,8 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
             ("device 'cuda' requested but not available: <reason>").
         PlatformResolutionError: automatic choice with two or more positive accelerator
             probes, or with none and no usable ``cpu`` platform; lists every probe's answer.
+        PluginConflictError: ``name`` is claimed by two plugins, or (automatic choice) any platform
+            name is.
         PluginValidationError: the platform factory did not return a ``Platform``.
     """
     pm = get_plugin_manager() if plugin_manager is None else plugin_manager
@@ -116,6 +123,16 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
             )
         return _build(spec, pm)
 
+    clash = pm.conflicts("platform")
+    if clash:
+        # A platform claimed twice is never probed, so it cannot be told apart from "no": refuse, don't guess.
+        first = pm.conflict_error("platform", next(iter(clash)))
+        raise PluginConflictError(
+            f"cannot choose a platform automatically while two plugins claim one platform name (either may be "
+            f"the accelerator of this machine); name another with trainer.device, or remove one:\n{first}",
+            kind="platform",
+            conflicts=clash,
+        )
     answers = probe_platforms(pm)
     # An alias (rocm of cuda) answers yes exactly where its target does: counting it would make one device two.
     positive = [a for a in answers if a.accelerator and a.available and a.alias_of is None]

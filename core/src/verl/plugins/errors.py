@@ -125,8 +125,16 @@ KNOWN_BACKENDS: dict[str, BackendHint] = {
     "fsdp": BackendHint("verl-fsdp", "training_engine", "plugins/verl-fsdp"),
     "fsdp2": BackendHint("verl-fsdp", "training_engine", "plugins/verl-fsdp", provided_as="fsdp"),
     "megatron": BackendHint("verl-megatron", "training_engine", None),
-    "npu": BackendHint("verl-npu", "platform", None),
-    "ascend": BackendHint("verl-npu", "platform", None),
+    "npu": BackendHint(
+        "verl-npu", "platform", "plugins/verl-npu", (("npu", "Ascend NPU: torch-npu matching torch; CANN installed"),)
+    ),
+    "ascend": BackendHint(
+        "verl-npu",
+        "platform",
+        "plugins/verl-npu",
+        (("npu", "Ascend NPU: torch-npu matching torch; CANN installed"),),
+        provided_as="npu",
+    ),
 }
 
 #: ``{name: distribution}`` of :data:`KNOWN_BACKENDS` (kept for callers of the older table).

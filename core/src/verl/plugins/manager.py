@@ -69,9 +69,10 @@ class PluginManager:
             the built-in plugin and the installed entry points are loaded on the first query.
             Tests pass ``False`` and :meth:`register` fake plugins instead.
 
-    Lookups (:meth:`get`, :meth:`available`, :meth:`providers`) raise
-    :class:`PluginConflictError` when two plugins claim one name of the queried kind; the
-    non-raising :meth:`claims` and :meth:`conflicts` are for reporting. Collected specs are
+    A name two plugins claim is never chosen silently: :meth:`get` of that name raises
+    :class:`PluginConflictError` naming both providers, :meth:`available` and :meth:`providers`
+    leave it out, and every other name of the kind keeps working. :meth:`claims` and
+    :meth:`conflicts` report everything, conflicts included. Collected specs are
     cached per kind and the cache is dropped whenever a plugin is registered.
     """
 
@@ -303,34 +304,49 @@ class PluginManager:
             by_name.setdefault(claim.spec.name, []).append(claim.plugin)
         return {name: tuple(infos) for name, infos in by_name.items() if len(infos) > 1}
 
-    def _checked_claims(self, kind: str) -> list[Claim]:
-        conflicts = self.conflicts(kind)
-        if conflicts:
-            lines = [
-                f"{_label(kind)} {name!r} is provided by {len(infos)} plugins: "
-                + "; ".join(info.describe() for info in infos)
-                for name, infos in conflicts.items()
-            ]
-            raise PluginConflictError(
-                "\n".join(lines) + "\nNeither is chosen silently: uninstall all but one of them, or list only one "
-                "in VERL_PLUGINS.",
-                kind=kind,
-                conflicts=conflicts,
-            )
-        return self.distinct_claims(kind)
+    def conflict_error(self, kind: str, name: str) -> PluginConflictError | None:
+        """The :class:`PluginConflictError` for ``name`` of ``kind`` when two plugins claim it, else ``None``.
+
+        Its message names every provider (distribution, version, entry point) and the fix; it concerns that one
+        name only, so an unrelated conflict never shows up in the error of another lookup.
+        """
+        infos = self.conflicts(kind).get(name)
+        if infos is None:
+            return None
+        return PluginConflictError(
+            f"{_label(kind)} {name!r} is provided by {len(infos)} plugins: "
+            + "; ".join(info.describe() for info in infos)
+            + "\nNeither is chosen silently: uninstall all but one of them, or list only one in VERL_PLUGINS.",
+            kind=kind,
+            conflicts={name: infos},
+        )
+
+    def _usable_claims(self, kind: str) -> list[Claim]:
+        # A name claimed by two plugins is left out: no lookup may pick one of them silently.
+        conflicting = self.conflicts(kind)
+        return [c for c in self.distinct_claims(kind) if c.spec.name not in conflicting]
 
     def available(self, kind: str) -> dict[str, Spec]:
-        """``{name: spec}`` of ``kind``, in load order.
+        """``{name: spec}`` of ``kind``, in load order, **without** names two plugins claim.
+
+        A conflicting name is left out rather than resolved to one of its claimants; :meth:`get` raises
+        :class:`PluginConflictError` for it, :meth:`conflicts` lists it. Names of ``kind`` nobody else claims
+        stay usable whatever conflicts exist.
 
         Raises:
             ValueError: unknown ``kind``.
-            PluginConflictError: two plugins claim one name of ``kind``.
         """
-        return {c.spec.name: c.spec for c in self._checked_claims(kind)}
+        return {c.spec.name: c.spec for c in self._usable_claims(kind)}
 
     def providers(self, kind: str) -> dict[str, PluginInfo]:
-        """``{name: PluginInfo of the plugin providing it}`` of ``kind``; raises like :meth:`available`."""
-        return {c.spec.name: c.plugin for c in self._checked_claims(kind)}
+        """``{name: PluginInfo of the plugin providing it}`` of ``kind``; conflicting names left out as in
+        :meth:`available`."""
+        return {c.spec.name: c.plugin for c in self._usable_claims(kind)}
+
+    def provider(self, kind: str, name: str) -> PluginInfo:
+        """The plugin providing ``name`` of ``kind``; raises like :meth:`get`."""
+        self.get(kind, name)
+        return self.providers(kind)[name]
 
     def provides(self, plugin: PluginInfo | str) -> dict[str, tuple[str, ...]]:
         """``{kind: (names, ...)}`` that ``plugin`` (a :class:`PluginInfo` or its name) provides; no
@@ -352,7 +368,8 @@ class PluginManager:
         Raises:
             ValueError: unknown ``kind``.
             TypeError: ``name`` is not a str.
-            PluginConflictError: two plugins claim one name of ``kind``.
+            PluginConflictError: two plugins claim ``name`` (a conflict over another name does not
+                matter here).
             UnknownPluginError: no plugin provides it; the message lists the available names,
                 a close match, every plugin that failed to load (distribution, version, error),
                 plugins disabled by ``VERL_PLUGINS`` and, for well-known backends, the
@@ -360,6 +377,9 @@ class PluginManager:
         """
         if not isinstance(name, str):
             raise TypeError(f"{_label(kind)} name must be a str, got {type(name).__name__} ({name!r})")
+        conflict = self.conflict_error(kind, name)
+        if conflict is not None:
+            raise conflict
         specs = self.available(kind)
         if name in specs:
             return specs[name]
@@ -370,6 +390,12 @@ class PluginManager:
             f"unknown {_label(kind)} {name!r}; "
             + (f"available: {', '.join(names)}" if names else f"no plugin provides any {_label(kind)}")
         ]
+        conflicts = self.conflicts(kind)
+        if conflicts:
+            lines.append(
+                "Not available because two plugins claim them: "
+                + "; ".join(f"{n!r} ({', '.join(i.describe() for i in infos)})" for n, infos in conflicts.items())
+            )
         failures = self.failures
         known = {normalize_dist_name(i.distribution) for i in [*self._infos.values(), *self._disabled]}
         known |= {normalize_dist_name(f.plugin.distribution) for f in failures}
