@@ -54,7 +54,7 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     ),
     # Device platforms.
     "verl.platform": ("Platform", "ProbeResult"),
-    "verl.platform.base": ("Platform", "ProbeResult"),
+    "verl.platform.base": ("Platform", "ProbeResult", "UnsupportedBackendError"),
     # The batch type and the engine protocols.
     "verl.protocol": ("DataProto",),
     "verl.engines.base": ("TrainingEngine", "RolloutEngine", "CheckpointEngine", "LossFn", "wake_up_tagged"),
