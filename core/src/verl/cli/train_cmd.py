@@ -175,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
             # Set-up errors (model path, dataset rows, chat template, unsupported options) are user
             # errors raised before any training: print them plainly; -v shows the traceback.
             trainer = PPOTrainer(cfg, run_dir)
+            print("\n".join(f"verl train: {line}" for line in trainer.selection.splitlines()))
             trainer.init()
         except (ValueError, FileNotFoundError, WorkerError, PlacementError) as exc:
             if args.verbose:

@@ -9,6 +9,7 @@ or more is an error listing every probe's answer. Nothing is chosen silently: un
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -48,6 +49,46 @@ class ProbeAnswer:
         dist = " ".join(p for p in (self.plugin.distribution, self.plugin.version) if p) or self.plugin.name
         role = f" (alias of {self.alias_of})" if self.alias_of else ("" if self.accelerator else " (fallback)")
         return f"{self.name}{role} [{dist}]: {'yes' if self.available else 'no'}, {self.reason}"
+
+
+#: :attr:`PlatformChoice.how` values.
+NAMED = "named by trainer.device"
+ONLY_ACCELERATOR = "only accelerator answering yes"
+FALLBACK_CHOICE = "fallback: no accelerator answered yes"
+
+
+@attrs.frozen(kw_only=True)
+class PlatformChoice:
+    """The platform this process uses and why (what ``verl train`` prints at start).
+
+    Attributes:
+        platform: the built :class:`Platform`.
+        spec_name: the name of the spec chosen (``cuda`` also when the platform is ``RocmPlatform``, ``rocm``).
+        how: :data:`NAMED`, :data:`ONLY_ACCELERATOR` or :data:`FALLBACK_CHOICE`.
+        reason: the chosen platform's probe answer (``"2 device(s), CUDA 12.4"``).
+        plugin: the plugin that provides the spec.
+        answers: every probe's answer for an automatic choice (the accelerators that said no, with why);
+            empty when the platform was named (no other probe runs).
+    """
+
+    platform: Platform
+    spec_name: str
+    how: str
+    reason: str
+    plugin: PluginInfo
+    answers: tuple[ProbeAnswer, ...] = ()
+
+    def describe(self) -> str:
+        """One line, e.g. ``"cpu (device type cpu) [verl-core 0.1.0]: fallback: no accelerator answered yes
+        (cuda: torch 2.13.0+cpu is a CPU-only build ...); probe: always available"``."""
+        p = self.platform
+        name = p.name if p.name == self.spec_name else f"{p.name} (platform spec {self.spec_name!r})"
+        dist = " ".join(x for x in (self.plugin.distribution, self.plugin.version) if x) or self.plugin.name
+        why = self.how
+        if self.how == FALLBACK_CHOICE:
+            said_no = [f"{a.name}: {a.reason}" for a in self.answers if a.accelerator and a.alias_of is None]
+            why += f" ({'; '.join(said_no)})" if said_no else " (no accelerator platform registered)"
+        return f"{name} (device type {p.device_type}) [{dist}]: {why}; probe: {self.reason}"
 
 
 def run_probe(spec: PlatformSpec) -> ProbeResult:
@@ -90,8 +131,8 @@ def probe_platforms(plugin_manager: PluginManager | None = None) -> list[ProbeAn
     return answers
 
 
-def resolve_platform(name: str | None = None, plugin_manager: PluginManager | None = None) -> Platform:
-    """Return the :class:`Platform` to use in this process.
+def choose_platform(name: str | None = None, plugin_manager: PluginManager | None = None) -> PlatformChoice:
+    """Choose the platform of this process and say why (:class:`PlatformChoice`).
 
     Args:
         name: ``trainer.device``; ``None`` (null in the config) chooses automatically.
@@ -106,7 +147,8 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
             probes, or with none and no usable ``cpu`` platform; lists every probe's answer.
         PluginConflictError: ``name`` is claimed by two plugins, or (automatic choice) any platform
             name is.
-        PluginValidationError: the platform factory did not return a ``Platform``.
+        PluginValidationError: the platform factory did not return a ``Platform``, or one of another
+            device type than its spec declares.
     """
     pm = get_plugin_manager() if plugin_manager is None else plugin_manager
     if name is not None:
@@ -121,7 +163,7 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
                 "or to null to choose automatically",
                 answers=answers,
             )
-        return _build(spec, pm)
+        return _chosen(spec, pm, NAMED, result.reason, ())
 
     clash = pm.conflicts("platform")
     if clash:
@@ -145,7 +187,7 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
             answers=answers,
         )
     if positive:
-        return _build(pm.get("platform", positive[0].name), pm)
+        return _chosen(pm.get("platform", positive[0].name), pm, ONLY_ACCELERATOR, positive[0].reason, answers)
     fallback = next((a for a in answers if a.name == FALLBACK), None)
     if fallback is None or not fallback.available:
         raise PlatformResolutionError(
@@ -153,7 +195,33 @@ def resolve_platform(name: str | None = None, plugin_manager: PluginManager | No
             f"{'missing' if fallback is None else 'not usable'}:\n{listing or '  (no platform registered)'}",
             answers=answers,
         )
-    return _build(pm.get("platform", FALLBACK), pm)
+    return _chosen(pm.get("platform", FALLBACK), pm, FALLBACK_CHOICE, fallback.reason, answers)
+
+
+def resolve_platform(name: str | None = None, plugin_manager: PluginManager | None = None) -> Platform:
+    """The :class:`Platform` to use in this process: :func:`choose_platform` without the reasons.
+
+    Args:
+        name: ``trainer.device``; ``None`` (null in the config) chooses automatically.
+        plugin_manager: defaults to :func:`verl.plugins.get_plugin_manager`.
+
+    Raises: as :func:`choose_platform`.
+    """
+    return choose_platform(name, plugin_manager).platform
+
+
+def _chosen(
+    spec: PlatformSpec, pm: PluginManager, how: str, reason: str, answers: Sequence[ProbeAnswer]
+) -> PlatformChoice:
+    platform = _build(spec, pm)
+    return PlatformChoice(
+        platform=platform,
+        spec_name=spec.name,
+        how=how,
+        reason=reason,
+        plugin=pm.providers("platform")[spec.name],
+        answers=tuple(answers),
+    )
 
 
 def _build(spec: PlatformSpec, pm: PluginManager) -> Platform:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import attrs
+
 from verl.plugins.specs import derived_device_type
 
 
@@ -67,3 +69,89 @@ def device_mismatch(kind: str, spec: Any, platform_name: str, device_type: str) 
         f"choose a {label} that lists {device_type!r} in its devices, or a platform whose name or device type "
         f"is one of {', '.join(devices)} (trainer.device)"
     )
+
+
+@attrs.frozen(kw_only=True)
+class EngineChoice:
+    """One engine a run uses: which role, from which config key, and the plugin providing it."""
+
+    role: str  # "actor", "ref", "critic", "rollout", "checkpoint"
+    kind: str  # plugin kind: "training_engine", "rollout_engine", "checkpoint_engine"
+    key: str  # dotted config key that names it
+    name: str
+    spec: Any
+    plugin: Any  # verl.plugins.PluginInfo
+
+    def describe(self) -> str:
+        """``"actor: training engine reference [verl-core 0.1.0]"``."""
+        dist = " ".join(x for x in (self.plugin.distribution, self.plugin.version) if x) or self.plugin.name
+        return f"{self.role}: {self.kind.replace('_', ' ')} {self.name} [{dist}]"
+
+
+def selected_engines(cfg: Any, plugin_manager: Any) -> list[EngineChoice]:
+    """The engines a resolved config selects, as the workers build them.
+
+    Roles: ``actor`` (``actor.strategy``); ``ref`` when a reference policy is used (``actor.use_kl_loss`` or
+    ``algorithm.use_kl_in_reward``; ``ref.strategy``, null = the actor's); ``critic`` when ``critic.enable``
+    (``critic.strategy``, null = the actor's); ``rollout`` (``rollout.name``); ``checkpoint``
+    (``rollout.checkpoint_engine.backend``).
+
+    Raises:
+        UnknownPluginError / PluginConflictError: a selected name has no single provider.
+    """
+    arr = cfg.actor_rollout_ref
+    rows = [("actor", "training_engine", "actor_rollout_ref.actor.strategy", arr.actor.strategy)]
+    if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        rows.append(
+            ("ref", "training_engine", "actor_rollout_ref.ref.strategy", arr.ref.strategy or arr.actor.strategy)
+        )
+    if cfg.critic.enable:
+        rows.append(("critic", "training_engine", "critic.strategy", cfg.critic.strategy or arr.actor.strategy))
+    rows.append(("rollout", "rollout_engine", "actor_rollout_ref.rollout.name", arr.rollout.name))
+    rows.append(
+        (
+            "checkpoint",
+            "checkpoint_engine",
+            "actor_rollout_ref.rollout.checkpoint_engine.backend",
+            arr.rollout.checkpoint_engine.backend,
+        )
+    )
+    return [
+        EngineChoice(
+            role=role,
+            kind=kind,
+            key=key,
+            name=name,
+            spec=plugin_manager.get(kind, name),
+            plugin=plugin_manager.provider(kind, name),
+        )
+        for role, kind, key, name in rows
+    ]
+
+
+def check_engines_run_on(engines: Iterable[EngineChoice], platform_name: str, device_type: str) -> None:
+    """Refuse engines that do not run on the chosen platform (the rule config load applies to an explicit
+    ``trainer.device``, applied here to any choice, automatic included).
+
+    Raises:
+        ValueError: one line per engine, ``<config key>: <device_mismatch message>``.
+    """
+    problems = [
+        f"{e.key}: {problem}"
+        for e in engines
+        if (problem := device_mismatch(e.kind, e.spec, platform_name, device_type)) is not None
+    ]
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
+def describe_selection(choice: Any, engines: Iterable[EngineChoice]) -> str:
+    """What ``verl train`` prints once at start: the platform and why, then each engine and its plugin.
+
+    Args:
+        choice: a :class:`verl.platform.resolve.PlatformChoice`.
+        engines: from :func:`selected_engines`.
+    """
+    lines = [f"platform: {choice.describe()}"]
+    lines += [e.describe() for e in engines]
+    return "\n".join(lines)

@@ -68,10 +68,18 @@ class PPOTrainer(StepStages, ValidationLoop):
     """
 
     def __init__(self, config: Any, run_dir: str | Path) -> None:
-        from verl.platform import resolve_platform
+        from verl.platform.resolve import choose_platform
+        from verl.plugins import get_plugin_manager
+        from verl.plugins.selection import check_engines_run_on, describe_selection, selected_engines
 
-        # An unavailable or unknown trainer.device fails here, before data or models are loaded.
-        self.platform = resolve_platform(config.trainer.device)
+        # An unavailable or unknown trainer.device fails here, before data or models are loaded; so does an
+        # engine that does not run on the platform chosen automatically (config load checks a named one).
+        choice = choose_platform(config.trainer.device)
+        self.platform = choice.platform
+        engines = selected_engines(config, get_plugin_manager())
+        check_engines_run_on(engines, self.platform.name, self.platform.device_type)
+        #: What was chosen and why (platform, engines with their plugins); `verl train` prints it at start.
+        self.selection = describe_selection(choice, engines)
         self.config = config
         self.run_dir = Path(run_dir)
         self.global_steps = 0
