@@ -1,9 +1,11 @@
 """The core rollout conformance suite run on the ``vllm`` engine (vLLM CPU backend here, CUDA in check_cuda.sh).
 
-The model is the suite's tiny Llama with ``hidden_size=128`` (head_dim 32: vLLM's attention kernels do not
-take the default head_dim 8). In float32 the engine meets the ``hf`` engine's tolerance (1e-5; observed
-differences on CPU are below 1e-5); in bfloat16 the suite's documented bf16 tolerance (5e-2).
-``VERL_VLLM_TEST_DEVICE=cuda`` runs both classes on a GPU (``scripts/check_cuda.sh``).
+The engine is built from the ``vllm`` spec and a loaded config, as the worker builds it: its options go
+through ``actor_rollout_ref.rollout.engine_kwargs.vllm`` and are validated at config load. The model is the
+suite's tiny Llama with ``hidden_size=128`` (head_dim 32: vLLM's attention kernels do not take the default
+head_dim 8). In float32 the engine meets the ``hf`` engine's tolerance (1e-5; observed differences on CPU are
+below 1e-5); in bfloat16 the suite's documented bf16 tolerance (5e-2). ``VERL_VLLM_TEST_DEVICE=cuda`` runs
+both classes on a GPU (``scripts/check_cuda.sh``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import importlib.util
 import os
 
 import pytest
+import torch
 
-from verl.testing.conformance import RolloutEngineTests, make_rollout_config, save_conformance_model
+from verl.testing.conformance import RolloutEngineTests, save_conformance_model
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None,
@@ -24,6 +27,8 @@ DEVICE = os.environ.get("VERL_VLLM_TEST_DEVICE", "cpu")
 
 
 class TestVLLMRolloutConformance(RolloutEngineTests):
+    rollout_name = "vllm"
+
     @pytest.fixture(scope="module")
     @classmethod
     def model_path(cls, tmp_path_factory):
@@ -31,22 +36,18 @@ class TestVLLMRolloutConformance(RolloutEngineTests):
 
     @pytest.fixture(scope="class")
     @classmethod
-    def rollout_engine_factory(cls):
-        from verl_vllm.engine import VLLMRolloutEngine
-
-        return lambda model_path, tokenizer, config: VLLMRolloutEngine(model_path, tokenizer, config, device=DEVICE)
+    def device(cls):
+        return torch.device(DEVICE)
 
     @pytest.fixture(scope="class")
     @classmethod
-    def rollout_config(cls):
-        return make_rollout_config(dtype="float32", engine_kwargs={"vllm": {"max_model_len": 256}})
+    def engine_kwargs(cls):
+        return {"max_model_len": 256}
 
     @pytest.fixture(scope="class")
     @classmethod
-    def rollout_engine(cls, rollout_engine_factory, model_path, tokenizer, rollout_config):
-        engine = rollout_engine_factory(model_path, tokenizer, rollout_config)
-        yield engine
-        engine.close()
+    def config_overrides(cls):
+        return ["actor_rollout_ref.rollout.dtype=float32"]
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -59,8 +60,8 @@ class TestVLLMRolloutConformanceBF16(TestVLLMRolloutConformance):
 
     @pytest.fixture(scope="class")
     @classmethod
-    def rollout_config(cls):
-        return make_rollout_config(dtype="bfloat16", engine_kwargs={"vllm": {"max_model_len": 256}})
+    def config_overrides(cls):
+        return ["actor_rollout_ref.rollout.dtype=bfloat16"]
 
     @pytest.fixture(scope="class")
     @classmethod
