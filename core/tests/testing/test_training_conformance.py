@@ -40,3 +40,31 @@ def test_an_unknown_engine_option_fails_at_config_load(tmp_path):
     ]
     with pytest.raises(pytest.fail.Exception, match="actor_rollout_ref.actor.engine_kwargs.reference.param_ofload"):
         load_kit_config(overrides)
+
+
+class TestReferenceTrainingConformanceCUDA(TrainingEngineTests):
+    """The reference engine on a CUDA device against itself on the CPU (skips without CUDA, with the probe's
+    reason); float32 on both sides, so the default tolerances hold."""
+
+    strategy = "reference"
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def device(cls):
+        from verl.testing.conformance import plugin_spec
+
+        answer = plugin_spec("platform", "cuda").probe()
+        if not answer:
+            pytest.skip(f"no CUDA device: {getattr(answer, 'reason', answer)}")
+        return plugin_spec("platform", "cuda").factory().torch_device(0)
+
+
+def test_importing_the_kits_without_pytest_names_the_extra():
+    """Without pytest the package refuses to import and says which extra installs it."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['pytest'] = None; import verl.testing.conformance"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "pip install 'verl-core[testing]'" in proc.stderr
