@@ -80,7 +80,9 @@ def stand_in_npu_smi(folder: Path, info: str = NPU_SMI_INFO, board: str = NPU_SM
         folder / "npu-smi",
         f"""#!/bin/sh
 echo "$@" >> "{folder}/npu-smi.log"
-if [ {rc} -ne 0 ]; then echo "dcmi model initialized failed, because the device is used. ret is -8020" >&2; exit {rc}; fi
+if [ {rc} -ne 0 ]; then
+  echo "dcmi model initialized failed, because the device is used. ret is -8020" >&2; exit {rc}
+fi
 if [ "$1 $2" = "info -t" ]; then cat "{folder}/board.txt"; else cat "{folder}/info.txt"; fi
 """,
     )

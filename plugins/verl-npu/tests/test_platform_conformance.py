@@ -15,7 +15,7 @@ INSTALLED = any(ep.name == "npu" for ep in metadata.entry_points(group="verl.plu
 
 @pytest.mark.skipif(
     not INSTALLED,
-    reason="verl-npu is not installed (pip install -e plugins/verl-npu): the kit takes the spec from the plugin manager",
+    reason="verl-npu is not installed (pip install -e plugins/verl-npu): the kit takes the plugin manager's spec",
 )
 class TestNpuPlatform(PlatformTests):
     platform_name = "npu"

@@ -166,7 +166,8 @@ def check_package() -> Step:
     ok, why = torch_pair(torch_version, dist.version, dist.requires)
     facts = {"torch_npu_version": dist.version, "torch_version": torch_version}
     if not ok:
-        fix = f"install the matching pair: pip install torch=={dist.version.split('.post')[0]} or torch-npu=={torch_version.split('+')[0]}"
+        torch_for_npu, npu_for_torch = dist.version.split(".post")[0], torch_version.split("+")[0]
+        fix = f"install the matching pair: pip install torch=={torch_for_npu} or torch-npu=={npu_for_torch}"
         return Step("package", False, f"{why}; {fix}", facts)
     return Step("package", True, why, facts)
 
@@ -222,7 +223,8 @@ def check_import(roots: ProbeRoots, environ: Mapping[str, str] | None = None) ->
         return Step(
             "import",
             False,
-            f"importing torch_npu in a child process took over {roots.timeout_s:g} s: check the driver with `npu-smi info`",
+            f"importing torch_npu in a child process took over {roots.timeout_s:g} s: "
+            "check the driver with `npu-smi info`",
         )
     except OSError as exc:
         return Step("import", False, f"cannot start {roots.python}: {type(exc).__name__}: {exc.strerror or exc}")
