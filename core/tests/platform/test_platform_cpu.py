@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from verl.platform import Platform, resolve_platform
+from verl.platform import Platform
 from verl.platform.cpu import CpuPlatform
+from verl.plugins import resolve_platform
 
 MiB = 1024 * 1024
 

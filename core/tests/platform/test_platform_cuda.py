@@ -8,8 +8,9 @@ import types
 import pytest
 import torch
 
-from verl.platform import ProbeResult, resolve_platform
+from verl.platform import ProbeResult
 from verl.platform.cuda import CudaPlatform, RocmPlatform, make_cuda_platform, probe_cuda
+from verl.plugins import resolve_platform
 
 HAS_GPU = torch.cuda.is_available()
 
@@ -91,7 +92,7 @@ def test_cuda_and_rocm_attributes(cuda_build):
 
 def test_explicit_cuda_without_devices_is_a_clear_error(cuda_build):
     cuda_build(count=0)
-    from verl.platform import PlatformUnavailableError
+    from verl.plugins import PlatformUnavailableError
 
     with pytest.raises(PlatformUnavailableError) as err:
         resolve_platform("cuda")

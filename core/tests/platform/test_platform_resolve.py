@@ -7,24 +7,21 @@ import types
 
 import pytest
 
-from verl.platform import (
-    Platform,
-    PlatformResolutionError,
-    PlatformUnavailableError,
-    ProbeResult,
-    current_platform,
-    probe_platforms,
-    resolve_platform,
-)
+from verl.platform import Platform, ProbeResult
 from verl.platform.cpu import CpuPlatform
 from verl.plugins import (
+    PlatformResolutionError,
     PlatformSpec,
+    PlatformUnavailableError,
     PluginConflictError,
     PluginManager,
     PluginValidationError,
     UnknownPluginError,
+    current_platform,
     hookimpl,
+    probe_platforms,
     reset_plugin_manager,
+    resolve_platform,
 )
 
 

@@ -10,11 +10,11 @@ import torch
 
 from verl.config import load_config
 from verl.config.backend_options import validate_backend_options
-from verl.platform import PlatformUnavailableError, ProbeResult, resolve_platform
+from verl.platform import ProbeResult
 from verl.platform.cuda import CudaPlatform, RocmPlatform, probe_cuda, probe_rocm
-from verl.platform.resolve import probe_platforms
-from verl.plugins import PluginManager
+from verl.plugins import PlatformUnavailableError, PluginManager, resolve_platform
 from verl.plugins import builtin as builtin_plugin
+from verl.plugins.platforms import probe_platforms
 
 
 @pytest.fixture

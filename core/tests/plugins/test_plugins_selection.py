@@ -141,8 +141,8 @@ def test_verl_plugins_uses_the_same_rule(monkeypatch):
 
 
 def test_a_factory_building_another_device_type_than_the_spec_says_is_refused_when_built():
-    from verl.platform.resolve import resolve_platform
     from verl.plugins import PluginValidationError
+    from verl.plugins.platforms import resolve_platform
 
     # A function factory: the undeclared device type is the name, 'pretend'; the platform it builds says 'cpu'.
     pm = _manager(PlatformSpec(name="pretend", probe=_yes, factory=lambda: PretendPlatform()))
@@ -163,8 +163,8 @@ class OtherPretendPlatform(CpuPlatform):
 def test_two_accelerators_answering_yes_the_advice_works_end_to_end():
     """``trainer.device: null`` with two positive probes fails listing both; following its advice passes config
     load (core's engines, by device type) and resolves to the named platform."""
-    from verl.platform import PlatformResolutionError
-    from verl.platform.resolve import resolve_platform
+    from verl.plugins import PlatformResolutionError
+    from verl.plugins.platforms import resolve_platform
 
     pm = _manager(
         PlatformSpec(name="pretend", probe=_yes, factory=PretendPlatform),

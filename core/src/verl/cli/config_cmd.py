@@ -67,7 +67,7 @@ def resolved_summary(cfg: object, filled: dict[str, str] | None = None) -> str:
 
     rollout = cfg.actor_rollout_ref.rollout
     try:
-        from verl.platform import resolve_platform
+        from verl.plugins import resolve_platform
 
         platform = resolve_platform(cfg.trainer.device)
         device, where = platform.device_type, f"platform {platform.name}"

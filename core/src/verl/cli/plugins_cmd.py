@@ -34,8 +34,15 @@ def run(args: argparse.Namespace) -> int:
 
 def build_report() -> dict[str, Any]:
     """Everything ``verl plugins`` shows, as JSON-ready data (see the keys below)."""
-    from verl.platform import probe_platforms, resolve_platform
-    from verl.plugins import ENTRY_POINT_GROUP, KINDS, PLUGIN_API_VERSION, PluginError, get_plugin_manager
+    from verl.plugins import (
+        ENTRY_POINT_GROUP,
+        KINDS,
+        PLUGIN_API_VERSION,
+        PluginError,
+        get_plugin_manager,
+        probe_platforms,
+        resolve_platform,
+    )
 
     pm = get_plugin_manager()
     claims = {kind: pm.distinct_claims(kind) for kind in KINDS}  # collect first: hook failures show up here

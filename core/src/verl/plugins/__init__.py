@@ -6,6 +6,7 @@
     spec = pm.get("rollout_engine", "vllm")    # UnknownPluginError / PluginConflictError otherwise
     pm.available("advantage_estimator")        # {name: spec}
     pm.failures                                # plugins that failed to load, with their errors
+    choose_platform(cfg.trainer.device)        # the platform of this process, and why (PlatformChoice)
 
 The hook API for plugin authors is documented in :mod:`verl.plugins.hookspecs`, the records in
 :mod:`verl.plugins.specs`. Importing this package imports no plugin and no torch.
@@ -29,6 +30,14 @@ from verl.plugins.errors import (
 )
 from verl.plugins.hookspecs import hookimpl
 from verl.plugins.manager import Claim, PluginManager, get_plugin_manager, reset_plugin_manager
+from verl.plugins.platforms import (
+    PlatformChoice,
+    ProbeAnswer,
+    choose_platform,
+    current_platform,
+    probe_platforms,
+    resolve_platform,
+)
 from verl.plugins.specs import (
     KINDS,
     AdvantageEstimatorSpec,
@@ -48,6 +57,7 @@ __all__ = [
     "CheckpointEngineSpec",
     "Claim",
     "IncompatiblePluginError",
+    "PlatformChoice",
     "PlatformResolutionError",
     "PlatformSpec",
     "PlatformUnavailableError",
@@ -58,10 +68,15 @@ __all__ = [
     "PluginManager",
     "PluginValidationError",
     "PolicyLossSpec",
+    "ProbeAnswer",
     "RolloutEngineSpec",
     "TrainingEngineSpec",
     "UnknownPluginError",
+    "choose_platform",
+    "current_platform",
     "get_plugin_manager",
     "hookimpl",
+    "probe_platforms",
     "reset_plugin_manager",
+    "resolve_platform",
 ]

@@ -72,7 +72,7 @@ class PlatformResolutionError(PluginError, ValueError):
     """No single platform could be chosen: two or more accelerator probes answered yes and no
     device was named (``trainer.device``), or no ``cpu`` fallback is registered.
 
-    Attribute ``answers``: the :class:`~verl.platform.resolve.ProbeAnswer` of every probe.
+    Attribute ``answers``: the :class:`~verl.plugins.platforms.ProbeAnswer` of every probe.
     """
 
     def __init__(self, message: str, *, answers: Sequence[Any] = ()) -> None:

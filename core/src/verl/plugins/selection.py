@@ -149,7 +149,7 @@ def describe_selection(choice: Any, engines: Iterable[EngineChoice]) -> str:
     """What ``verl train`` prints once at start: the platform and why, then each engine and its plugin.
 
     Args:
-        choice: a :class:`verl.platform.resolve.PlatformChoice`.
+        choice: a :class:`verl.plugins.platforms.PlatformChoice`.
         engines: from :func:`selected_engines`.
     """
     lines = [f"platform: {choice.describe()}"]

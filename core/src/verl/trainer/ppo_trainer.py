@@ -68,8 +68,7 @@ class PPOTrainer(StepStages, ValidationLoop):
     """
 
     def __init__(self, config: Any, run_dir: str | Path) -> None:
-        from verl.platform.resolve import choose_platform
-        from verl.plugins import get_plugin_manager
+        from verl.plugins import choose_platform, get_plugin_manager
         from verl.plugins.selection import check_engines_run_on, describe_selection, selected_engines
 
         # An unavailable or unknown trainer.device fails here, before data or models are loaded; so does an

@@ -23,7 +23,7 @@ def capture_rng_state(platform: Any = None) -> dict[str, Any]:
     """RNG state of python ``random``, numpy's global generator, torch CPU and (if any) the accelerator.
 
     Args:
-        platform: a ``verl.platform.Platform``; ``None`` -> ``verl.platform.current_platform()``. Device RNG
+        platform: a ``verl.platform.Platform``; ``None`` -> ``verl.plugins.current_platform()``. Device RNG
             goes through ``platform.device_module`` (``torch.cuda``, ``torch.npu``, ...), never ``torch.cuda``
             directly; it is skipped on CPU or when ``verl.platform`` is not importable.
 
@@ -79,7 +79,7 @@ def restore_rng_state(state: Mapping[str, Any], platform: Any = None) -> None:
 def _device_rng_module(platform: Any) -> tuple[Any, Any]:
     if platform is None:
         try:
-            from verl.platform import current_platform
+            from verl.plugins import current_platform
         except ImportError:
             return None, None
         platform = current_platform()

@@ -62,8 +62,7 @@ class ActorRolloutRefWorker(Worker):
         """Resolve the model, build the engines of this worker's roles; returns a short summary."""
         from verl.config.placement import separate_rollout_pool
         from verl.models import load_tokenizer, resolve_model_path
-        from verl.platform import resolve_platform
-        from verl.plugins import get_plugin_manager
+        from verl.plugins import get_plugin_manager, resolve_platform
 
         cfg = self.config
         arr = cfg.actor_rollout_ref
@@ -122,7 +121,8 @@ class ActorRolloutRefWorker(Worker):
             # Hybrid: hand-over inside this process. Colocated / standalone: this side of a cross-pool sync
             # group, joined later with init_weight_sync.
             backend = arr.rollout.checkpoint_engine.backend
-            self.weight_sync = pm.get("checkpoint_engine", backend).factory(cfg)
+            # The worker's platform is handed down: engines never resolve one themselves.
+            self.weight_sync = pm.get("checkpoint_engine", backend).factory(cfg, platform=platform)
         self.phases = PhasePeaks(platform)
         return {
             "rank": self.rank,

@@ -91,8 +91,7 @@ class CriticWorker(Worker):
             ValueError: the model cannot be loaded as a value model, or the engine does not support the
                 ``critic`` role.
         """
-        from verl.platform import resolve_platform
-        from verl.plugins import get_plugin_manager
+        from verl.plugins import get_plugin_manager, resolve_platform
 
         cfg = self.config
         platform = resolve_platform(cfg.trainer.device)

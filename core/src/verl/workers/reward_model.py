@@ -79,7 +79,7 @@ class RewardModelWorker(Worker):
         from transformers import AutoModelForSequenceClassification
 
         from verl.models import load_tokenizer, resolve_model_path
-        from verl.platform import resolve_platform
+        from verl.plugins import resolve_platform
         from verl.workers.critic import resolve_model_folder
 
         cfg = self.config

@@ -27,7 +27,7 @@ def _default_platform(platform: Platform | str | None) -> Platform:
 
         return CpuPlatform()
     if isinstance(platform, str):
-        from verl.platform import resolve_platform
+        from verl.plugins import resolve_platform
 
         return resolve_platform(platform)
     if not isinstance(platform, Platform):

@@ -63,7 +63,7 @@ class HFRolloutEngine:
             ``max_model_len``, ``load_format``, ``ignore_eos`` (see :mod:`~verl.engines.reference.rollout_options`),
             ``engine_kwargs["hf"]`` (:class:`HFRolloutOptions`).
         device: torch device for a model loaded from a path; default the live model's device, else the
-            resolved platform's device (:func:`verl.platform.current_platform`).
+            ``cpu`` (callers pass their platform's ``torch_device()``; the engine never resolves a platform).
         options: overrides ``config.engine_kwargs["hf"]``.
         model_config: the ``actor_rollout_ref.model`` section, for a model loaded from a path: its
             ``trust_remote_code`` and ``override_config`` are applied as for the actor
@@ -117,9 +117,8 @@ class HFRolloutEngine:
 
             path = resolve_model_path(os.fspath(model_path_or_model))
             if device is None:
-                from verl.platform import current_platform
-
-                device = current_platform().torch_device()
+                # The caller (the worker, through the factory) passes its platform's device; never resolve here.
+                device = "cpu"
             self.device = torch.device(device)
             dtype = resolve_dtype(_cfg(config, "dtype", None), self.device, field="rollout.dtype")
             trust = bool(getattr(model_config, "trust_remote_code", False))

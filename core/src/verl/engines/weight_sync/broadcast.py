@@ -106,7 +106,7 @@ class BroadcastCheckpointEngine:
         config: the ``checkpoint_engine`` section (``update_weights_bucket_megabytes``, ``engine_kwargs``).
         platform: :class:`verl.platform.Platform` whose ``dist_backend`` names the group's backend and whose
             ``new_sync_group`` builds it (also for the ``backend`` override); default
-            :func:`verl.platform.current_platform`.
+            :class:`~verl.platform.cpu.CpuPlatform` (gloo) when not given.
         backend: another collective backend for the group, e.g. ``gloo`` (host memory) when sender and
             receivers share one accelerator (colocated placement: NCCL refuses two ranks on one GPU).
 
@@ -117,9 +117,10 @@ class BroadcastCheckpointEngine:
 
     def __init__(self, config: Any, platform: Any = None, *, backend: str | None = None) -> None:
         if platform is None:
-            from verl.platform import current_platform
+            # Engines are handed their platform (the worker resolved it); they never resolve one themselves.
+            from verl.platform.cpu import CpuPlatform
 
-            platform = current_platform()
+            platform = CpuPlatform()
         self.config = config
         self.platform = platform
         # Overridable because colocated processes share a GPU, where only gloo (host memory) can connect them.
@@ -373,15 +374,14 @@ class BroadcastCheckpointEngine:
         return counts
 
 
-def build_broadcast_checkpoint_engine(config: Any) -> BroadcastCheckpointEngine:
-    """Build the ``broadcast`` weight-sync engine from the root config (platform: ``trainer.device``).
+def build_broadcast_checkpoint_engine(config: Any, *, platform: Any = None) -> BroadcastCheckpointEngine:
+    """Build the ``broadcast`` weight-sync engine from the root config on ``platform``, the worker's resolved
+    :class:`~verl.platform.Platform` (``None``: cpu/gloo; the factory never resolves a platform itself).
 
     With ``rollout.placement=colocated`` the group runs on gloo through host memory: trainer and rollout
     processes share each device, and NCCL/HCCL refuse two ranks on one device.
     """
     from verl.config.placement import rollout_placement
-    from verl.platform import resolve_platform
 
-    platform = resolve_platform(config.trainer.device)
     backend = "gloo" if rollout_placement(config) == "colocated" else None
     return BroadcastCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine, platform, backend=backend)

@@ -169,6 +169,8 @@ def _options(config: Any) -> ColocatedOptions:
     return structure_options(ColocatedOptions, raw, path, "colocated")
 
 
-def build_colocated_checkpoint_engine(config: Any) -> ColocatedCheckpointEngine:
-    """Build the ``colocated`` weight-sync engine from the root config (same-process hand-over, no disk)."""
+def build_colocated_checkpoint_engine(config: Any, *, platform: Any = None) -> ColocatedCheckpointEngine:
+    """Build the ``colocated`` weight-sync engine from the root config (same-process hand-over, no disk).
+
+    ``platform``: the worker's platform, accepted like every checkpoint factory's and not needed here."""
     return ColocatedCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine)

@@ -1,4 +1,10 @@
-"""Choosing the platform of this process.
+"""Choosing the platform of this process (the plugins layer: it owns selection; ``verl.platform`` only
+defines the :class:`~verl.platform.Platform` interface and the cpu/cuda platforms, and never calls up here).
+
+    from verl.plugins import choose_platform, resolve_platform
+
+    choice = choose_platform(cfg.trainer.device)   # PlatformChoice: .platform, .how, .reason, .describe()
+    platform = resolve_platform(cfg.trainer.device)  # just the Platform
 
 Order (DESIGN §4): an explicit name (``trainer.device``) wins; otherwise every accelerator
 probe runs and exactly one positive answer wins; no positive answer falls back to ``cpu``; two
