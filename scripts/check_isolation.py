@@ -4,7 +4,8 @@
 
 1. ``import verl`` imports neither torch, ray nor the plugin (cheap import, plugins load lazily);
 2. ``verl plugins --json`` lists exactly core's built-ins and this plugin, with no load failure;
-3. selecting the plugin's backend loads a valid config (``verl config show ...`` exits 0);
+3. selecting the plugin's backend loads a valid config (``verl config show ...`` exits 0); for a platform
+   plugin (``platform:<name>``), ``verl plugins --json`` lists that platform from the plugin with a reason;
 4. selecting a backend of a plugin that is not installed fails with exit code 2 and names the
    distribution: how to install it from the checkout, or that it is not available yet.
 
@@ -31,11 +32,36 @@ PLUGINS: dict[str, tuple[str, str, str, tuple[str, str]]] = {
         "actor_rollout_ref.rollout.name=vllm",
         ("actor_rollout_ref.rollout.name=sglang", "verl-sglang"),
     ),
+    # A platform plugin: check 3 is "verl plugins lists the platform with its probe's answer" (a config with
+    # trainer.device=npu also needs an engine that runs on npu, which core alone does not provide).
+    "npu": (
+        "verl-npu",
+        "verl_npu",
+        "platform:npu",
+        ("actor_rollout_ref.actor.strategy=megatron", "verl-megatron"),
+    ),
 }
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300)
+
+
+def _check_selected(select: str, dist: str, listing: subprocess.CompletedProcess) -> str | None:
+    """Check 3: ``None`` (and an ``ok:`` line) when selecting the plugin's backend works, else the failure."""
+    if select.startswith("platform:"):
+        name = select.split(":", 1)[1]
+        specs = json.loads(listing.stdout)["specs"]["platform"] if listing.returncode == 0 else []
+        found = [s for s in specs if s["name"] == name and s["distribution"] == dist and s["reason"].strip()]
+        if not found:
+            return f"verl plugins does not list platform {name!r} from {dist} with a probe reason"
+        print(f"ok: verl plugins lists platform {name} from {dist}: {found[0]['reason']}")
+        return None
+    chosen = _run("-m", "verl.cli.main", "config", "show", select)
+    if chosen.returncode != 0:
+        return f"verl config show {select} exited {chosen.returncode}: {chosen.stderr.strip()}"
+    print(f"ok: {select} loads")
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -66,11 +92,9 @@ def main(argv: list[str]) -> int:
         else:
             print(f"ok: verl plugins lists exactly verl-core and {dist}")
 
-    chosen = _run("-m", "verl.cli.main", "config", "show", select)
-    if chosen.returncode != 0:
-        failures.append(f"verl config show {select} exited {chosen.returncode}: {chosen.stderr.strip()}")
-    else:
-        print(f"ok: {select} loads")
+    failure = _check_selected(select, dist, listing)
+    if failure:
+        failures.append(failure)
 
     missing = _run("-m", "verl.cli.main", "config", "show", other)
     named = f"{other_dist} plugin" in missing.stderr and (

@@ -208,7 +208,18 @@ def test_trains_two_steps_with_core_engines_selected_by_name(pretend_env, worksp
     assert [r["step"] for r in rows if r["step"] > 0] == [1, 2]
     assert "verl train: done, 2 steps" in done.stdout + done.stderr
     assert "device: pretend" in (run_dir / "config.yaml").read_text()
-    assert "pretend" in done.stdout + done.stderr  # the start-up line names the chosen platform
+    # The start-up lines name the platform, its plugin and why, and core's engines.
+    out = done.stdout + done.stderr
+    assert (
+        "verl train: platform: pretend (device type cpu) [verl-pretend-accelerator 0.1.0]: named by "
+        "trainer.device; probe: 2 pretend device(s) in host memory"
+    ) in out
+    for line in (
+        "verl train: actor: training engine reference [verl-core ",
+        "verl train: rollout: rollout engine hf [verl-core ",
+        "verl train: checkpoint: checkpoint engine colocated [verl-core ",
+    ):
+        assert line in out, line
 
 
 def test_named_but_absent_device_is_refused_with_the_probe_reason(pretend_env, workspace, tmp_path):
@@ -228,3 +239,31 @@ def test_ray_run_declares_the_custom_resource(pretend_env, workspace, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["step"] > 0] == [1, 2]
+
+
+def _kit(env: dict[str, str]) -> subprocess.CompletedProcess:
+    # A fresh pytest: the kit gets the platform from the process-wide plugin manager, which must see the plugin
+    # (this process's manager must not: other tests count the installed plugins).
+    kit = Path(__file__).resolve().parents[2] / "examples" / "pretend-accelerator" / "tests"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(kit), "-q", "-rs", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_platform_kit_passes_on_pretend(pretend_env):
+    """verl.testing.conformance.PlatformTests on ``pretend`` with 2 devices: every test runs and passes."""
+    done = _kit(pretend_env(devices=2))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    summary = done.stdout.strip().splitlines()[-1]
+    assert "passed" in summary and "skipped" not in summary and "failed" not in summary, done.stdout[-3000:]
+
+
+def test_platform_kit_without_the_device_skips_with_the_probe_reason(pretend_env):
+    done = _kit(pretend_env(devices=None))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "platform 'pretend' is not available here: VERL_PRETEND_DEVICES is not set" in done.stdout
+    assert "2 passed" in done.stdout.strip().splitlines()[-1]  # the two probe tests run anyway
