@@ -23,9 +23,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     # "validate backend options once"), a change of the factory signature outside this check.
     ("verl.engines.weight_sync.broadcast", "verl.config"): "structure_options, and placement for the gloo rule",
     ("verl.engines.weight_sync.colocated", "verl.config"): "structure_options of its engine_kwargs",
-    # get_adv_estimator_fn / get_policy_loss_fn fall back to plugin-provided functions through the plugin
-    # manager (lazily, inside the lookup). Not yet inverted (the plugins layer installing the fallback).
-    ("verl.algorithms.registry", "verl.plugins"): "plugin-provided estimators/losses looked up by name",
 }
 
 

@@ -85,8 +85,11 @@ def test_core_algos_import_line_of_verl_users():
     assert AdvantageEstimator is algorithms.AdvantageEstimator
     assert agg_loss is algorithms.agg_loss and kl_penalty is algorithms.kl_penalty
     assert compute_grpo_outcome_advantage is algorithms.compute_grpo_outcome_advantage
-    assert get_adv_estimator_fn is algorithms.get_adv_estimator_fn
-    assert get_policy_loss_fn is algorithms.get_policy_loss_fn
+    # The plugin-aware lookups (local registry first, as verl's, then plugin-provided names).
+    import verl.plugins
+
+    assert get_adv_estimator_fn is verl.plugins.get_adv_estimator_fn
+    assert get_policy_loss_fn is verl.plugins.get_policy_loss_fn
     assert register_adv_est is algorithms.register_adv_est and register_policy_loss is algorithms.register_policy_loss
     assert get_adv_estimator_fn(AdvantageEstimator.GRPO) is algorithms.compute_grpo_outcome_advantage
 
@@ -98,8 +101,12 @@ def test_core_algos_has_every_verl_name_but_the_listed_ones():
     assert provided == VERL_CORE_ALGOS - LACKING
     for name in LACKING:
         assert name in core_algos.__doc__ and not hasattr(core_algos, name)
+    import verl.plugins
+
     for name in provided - {"PolicyLossFn", "kl_penalty_forward"}:  # defined in the shim itself
-        assert getattr(core_algos, name) is getattr(algorithms, name), name
+        # The two lookups are the plugin-aware ones of verl.plugins (local registry first, then plugins).
+        source = verl.plugins if name in ("get_adv_estimator_fn", "get_policy_loss_fn") else algorithms
+        assert getattr(core_algos, name) is getattr(source, name), name
 
 
 def test_an_estimator_registered_through_verls_path_is_found_by_name():

@@ -1,4 +1,7 @@
-"""A plugin providing an estimator/loss name that core (or another plugin) also has is a PluginConflictError."""
+"""A plugin providing an estimator/loss name that core (or another plugin) also has is a PluginConflictError.
+
+The plugin-aware lookups are :func:`verl.plugins.get_adv_estimator_fn` / ``get_policy_loss_fn`` (what the trainer,
+the workers and config load use); ``verl.algorithms``' own lookups see the in-process registry only."""
 
 from __future__ import annotations
 
@@ -14,11 +17,17 @@ from verl.algorithms import (
     AdvantageEstimator,
     compute_grpo_outcome_advantage,
     compute_policy_loss_vanilla,
-    get_adv_estimator_fn,
-    get_policy_loss_fn,
     register_adv_est,
 )
-from verl.plugins import AdvantageEstimatorSpec, PluginConflictError, PluginManager, PolicyLossSpec, hookimpl
+from verl.plugins import (
+    AdvantageEstimatorSpec,
+    PluginConflictError,
+    PluginManager,
+    PolicyLossSpec,
+    get_adv_estimator_fn,
+    get_policy_loss_fn,
+    hookimpl,
+)
 from verl.plugins import builtin as builtin_plugin
 
 

@@ -114,47 +114,47 @@ def test_unknown_names_list_registered_ones():
         get_policy_loss_fn("no_such_loss")
 
 
-def fake_plugins(available):
-    class Manager:
-        def get(self, kind, name):
-            if (kind, name) in available:
-                return types.SimpleNamespace(name=name, fn=available[(kind, name)])
-            # The real manager's layout: names on the first line, then the plugins that failed to load.
-            raise ValueError(
-                f"unknown {kind} {name!r}; available: ...\n"
-                "Plugins that failed to load (one of them may provide it):\n  - broken-dist 0.1 [import]: ImportError"
-            )
+class FakeManager:
+    """A stand-in plugin manager (``get``/``available`` only, the real manager's error layout)."""
 
-        def available(self, kind):
-            return {n: None for (k, n) in available if k == kind}
+    def __init__(self, available):
+        self._available = available
 
-    module = types.ModuleType("verl.plugins")
-    module.get_plugin_manager = Manager
-    return module
+    def get(self, kind, name):
+        if (kind, name) in self._available:
+            return types.SimpleNamespace(name=name, fn=self._available[(kind, name)])
+        raise ValueError(
+            f"unknown {kind} {name!r}; available: ...\n"
+            "Plugins that failed to load (one of them may provide it):\n  - broken-dist 0.1 [import]: ImportError"
+        )
+
+    def available(self, kind):
+        return {n: None for (k, n) in self._available if k == kind}
 
 
-def test_plugin_fallback_after_local_registry(monkeypatch):
+def test_plugin_fallback_after_local_registry():
+    from verl.plugins import get_adv_estimator_fn as plugin_adv
+    from verl.plugins import get_policy_loss_fn as plugin_loss_fn
+
     def plugin_est(**kwargs):
         return "plugin"
 
     def plugin_loss(*args, **kwargs):
         return "loss"
 
-    fake = fake_plugins(
-        {("advantage_estimator", "plugin_est"): plugin_est, ("policy_loss", "plugin_loss"): plugin_loss}
-    )
-    monkeypatch.setitem(sys.modules, "verl.plugins", fake)
-    assert get_adv_estimator_fn("plugin_est") is plugin_est
-    assert get_policy_loss_fn("plugin_loss") is plugin_loss
-    assert get_adv_estimator_fn("grpo") is compute_grpo_outcome_advantage  # local wins
+    pm = FakeManager({("advantage_estimator", "plugin_est"): plugin_est, ("policy_loss", "plugin_loss"): plugin_loss})
+    assert plugin_adv("plugin_est", plugin_manager=pm) is plugin_est
+    assert plugin_loss_fn("plugin_loss", plugin_manager=pm) is plugin_loss
+    assert plugin_adv("grpo", plugin_manager=pm) is compute_grpo_outcome_advantage  # local wins
     with pytest.raises(ValueError) as err:
-        get_adv_estimator_fn("missing")
-    assert "plugin_est" in str(err.value) and "broken-dist" in str(err.value)
+        plugin_adv("missing", plugin_manager=pm)
+    assert "plugin_est" in str(err.value) and "broken-dist" in str(err.value) and "grpo" in str(err.value)
 
 
-def test_lookup_without_plugin_system(monkeypatch):
+def test_algorithms_lookup_is_the_local_registry_only(monkeypatch):
+    """verl.algorithms never asks the plugin system (it is a lower layer): it works with verl.plugins unimportable."""
     monkeypatch.setitem(sys.modules, "verl.plugins", None)  # import now raises ImportError
-    with pytest.raises(ValueError, match="verl.plugins could not be imported"):
+    with pytest.raises(ValueError, match="verl.plugins.get_adv_estimator_fn"):
         get_policy_loss_fn("missing")
     assert get_policy_loss_fn("vanilla") is compute_policy_loss_vanilla
 

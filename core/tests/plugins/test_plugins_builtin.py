@@ -54,8 +54,9 @@ def test_builtin_algorithms_mirror_the_local_registries():
 
 
 @needs_algorithms
-def test_algorithms_lookup_reaches_plugin_provided_entries():
-    from verl.algorithms import get_adv_estimator_fn, get_policy_loss_fn
+def test_plugin_aware_lookup_reaches_plugin_provided_entries():
+    import verl.algorithms
+    from verl.plugins import get_adv_estimator_fn, get_policy_loss_fn
 
     def my_adv(**kwargs):
         return None
@@ -69,3 +70,6 @@ def test_algorithms_lookup_reaches_plugin_provided_entries():
     get_plugin_manager().register(plugin, dist_name="my-algos")
     assert get_adv_estimator_fn("my_adv_xyz") is my_adv
     assert get_policy_loss_fn("my_loss_xyz") is my_loss
+    # verl.algorithms' own lookup (verl's) sees the in-process registry only, and says where to look instead.
+    with pytest.raises(ValueError, match="verl.plugins.get_adv_estimator_fn"):
+        verl.algorithms.get_adv_estimator_fn("my_adv_xyz")

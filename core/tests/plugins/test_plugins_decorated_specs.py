@@ -8,13 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from verl.algorithms.registry import (
-    ADV_ESTIMATOR_REGISTRY,
-    POLICY_LOSS_REGISTRY,
-    get_adv_estimator_fn,
-    get_policy_loss_fn,
-)
-from verl.plugins import PluginConflictError, PluginManager
+from verl.algorithms.registry import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
+from verl.plugins import PluginConflictError, PluginManager, get_adv_estimator_fn, get_policy_loss_fn
 
 NAMES = ("decorated_est", "plain_est", "decorated_loss", "plain_loss")
 
@@ -108,7 +103,7 @@ def test_decorated_and_returned_function_counts_once(fake_dist):
     assert pm.providers("advantage_estimator")["grpo"] == core
 
 
-def test_decorated_names_resolve_through_the_algorithm_registry(fake_dist, monkeypatch):
+def test_decorated_names_resolve_through_the_plugin_aware_lookup(fake_dist, monkeypatch):
     _install(fake_dist, BOTH_WAYS)
     from verl.plugins import manager
 

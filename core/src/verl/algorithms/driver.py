@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from types import SimpleNamespace
 from typing import Any
@@ -48,6 +49,7 @@ def compute_advantage(
     num_repeat: int = 1,
     norm_adv_by_std_in_grpo: bool = True,
     config: Any = None,
+    estimator_fn: Callable[..., Any] | None = None,
 ) -> Any:
     """Driver-side advantage step on a DataProto; writes ``advantages`` and ``returns`` into ``data.batch``.
 
@@ -65,6 +67,9 @@ def compute_advantage(
     Args:
         data: DataProto (only ``.batch`` and ``.non_tensor_batch`` are used).
         adv_estimator: estimator name or :class:`AdvantageEstimator`.
+        estimator_fn: the function of ``adv_estimator`` when the caller looked it up (the trainer asks
+            :func:`verl.plugins.get_adv_estimator_fn`, which also sees plugin-provided estimators); ``None``:
+            this package's registry (:func:`verl.algorithms.get_adv_estimator_fn`). Not a verl argument.
 
     Returns:
         The same ``data`` object.
@@ -101,7 +106,7 @@ def compute_advantage(
             config=config,
         )
     else:
-        fn = get_adv_estimator_fn(name)
+        fn = estimator_fn if estimator_fn is not None else get_adv_estimator_fn(name)
         kwargs: dict[str, Any] = {"token_level_rewards": rewards, "response_mask": mask, "config": config}
         if uid is not None:
             kwargs["index"] = uid

@@ -1,14 +1,11 @@
-"""Name -> function registries for advantage estimators and policy losses.
+"""Name -> function registries for advantage estimators and policy losses (the in-process ones).
 
-Lookup order for ``get_*``: the local registry (built-ins of this package plus anything registered with
-the decorators), then plugin specs from ``verl.plugins.get_plugin_manager()`` (kinds
-``"advantage_estimator"`` and ``"policy_loss"``), imported lazily so this module stays importable
-without the plugin system.
-
-A name that a plugin provides and that is also in the local registry (a built-in, or registered
-in-process with the decorators) is a conflict: the lookup raises :class:`verl.plugins.PluginConflictError`
-naming both providers instead of letting core win silently. The same function offered twice is not a
-conflict. Two plugins providing one name are refused by the plugin manager itself.
+``register_adv_est`` / ``register_policy_loss`` fill them (the built-ins of this package register themselves);
+``get_adv_estimator_fn`` / ``get_policy_loss_fn`` look only here, exactly like verl's. This layer never asks the
+plugin manager: the plugin-aware lookups (local first, then plugin specs, with conflicts between the two
+refused) are :func:`verl.plugins.get_adv_estimator_fn` / :func:`verl.plugins.get_policy_loss_fn`, which the
+trainer, the workers and config load use and whose result is passed down (``compute_advantage(...,
+estimator_fn=...)``).
 
 Source: verl/trainer/ppo/core_algos.py (register_adv_est, get_adv_estimator_fn, register_policy_loss,
 get_policy_loss_fn). Difference: re-registering a *different* function under a policy-loss name raises
@@ -36,6 +33,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 ADV_ESTIMATOR_REGISTRY: dict[str, Callable[..., Any]] = {}
 POLICY_LOSS_REGISTRY: dict[str, Callable[..., Any]] = {}
+_REGISTRIES = {"advantage_estimator": ADV_ESTIMATOR_REGISTRY, "policy_loss": POLICY_LOSS_REGISTRY}
 
 
 def _name(name_or_enum: str | Enum) -> str:
@@ -101,103 +99,65 @@ def _ensure_builtins() -> None:
     )
 
 
-def _qualname(fn: Callable[..., Any]) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+def local_names(kind: str) -> list[str]:
+    """Sorted names in the local registry of ``kind`` (``"advantage_estimator"`` or ``"policy_loss"``), built-ins
+    included."""
+    _ensure_builtins()
+    return sorted(_REGISTRIES[kind])
 
 
-def _check_plugin_conflict(pm: Any, kind: str, what: str, name: str, local: Callable[..., Any]) -> None:
-    """Raise PluginConflictError when a plugin other than core's builtin provides ``name`` with another function."""
-    claims_of = getattr(pm, "claims", None)
-    if claims_of is None:  # a manager without claim records (tests' stand-ins): nothing to compare
-        return
-    from verl.plugins import PluginConflictError
-    from verl.plugins.discovery import BUILTIN_MODULE
+def lookup_local(kind: str, name_or_enum: str | Enum) -> Callable[..., Any] | None:
+    """The function registered in-process as ``name_or_enum`` (built-ins and decorator registrations), or ``None``.
 
-    claims = [c for c in claims_of(kind) if c.spec.name == name]
-    rivals = [c for c in claims if c.plugin.module != BUILTIN_MODULE and c.spec.fn is not local]
-    if not rivals:
-        return
-    core = next((c.plugin for c in claims if c.plugin.module == BUILTIN_MODULE), None)
-    if core is None:
-        core = next((p for p in getattr(pm, "plugins", ()) if p.module == BUILTIN_MODULE), None)
-    core_text = core.describe() if core is not None else "verl-core (local registry)"
-    providers = [f"{core_text} as {_qualname(local)}"]
-    providers += [f"{c.plugin.describe()} as {_qualname(c.spec.fn)}" for c in rivals]
-    raise PluginConflictError(
-        f"{what} {name!r} is provided by {len(providers)} plugins: "
-        + "; ".join(providers)
-        + f"\nNeither is chosen silently: rename the plugin's {what}, uninstall the plugin, or leave it out of "
-        "VERL_PLUGINS.",
-        kind=kind,
-        conflicts={name: tuple(([core] if core is not None else []) + [c.plugin for c in rivals])},
-    )
-
-
-def _conflict_types() -> tuple[type[BaseException], ...]:
-    try:
-        from verl.plugins import PluginConflictError
-    except ImportError:  # a stand-in plugin module without it: nothing to let through
-        return ()
-    return (PluginConflictError,)
-
-
-def _plugin_manager() -> Any | None:
-    try:
-        from verl.plugins import get_plugin_manager
-    except ImportError:
-        return None
-    return get_plugin_manager()
-
-
-def _lookup(registry: dict[str, Callable[..., Any]], kind: str, what: str, name_or_enum: str | Enum):
+    Raises:
+        ValueError: ``kind`` is not ``"advantage_estimator"`` / ``"policy_loss"``.
+        TypeError: the name is not a non-empty str (or str Enum).
+    """
+    if kind not in _REGISTRIES:
+        raise ValueError(f"unknown registry kind {kind!r}; expected one of: {', '.join(_REGISTRIES)}")
     name = _name(name_or_enum)
     _ensure_builtins()
-    pm = _plugin_manager()
-    if name in registry:
-        if pm is not None:
-            _check_plugin_conflict(pm, kind, what, name, registry[name])
-        return registry[name]
-    plugin_names: list[str] = []
-    notes = ["(plugin-provided names are not listed: verl.plugins could not be imported)"]
-    if pm is not None:
-        try:
-            return pm.get(kind, name).fn
-        except _conflict_types():
-            raise  # two providers for one name: the manager's message names both; never "unknown"
-        except (KeyError, ValueError) as err:
-            # The manager's first line lists its names; they are listed once below, merged with the local
-            # ones. Its other lines (plugins that failed to load or were disabled, install hints) are kept.
-            notes = str(err).splitlines()[1:] if isinstance(err, ValueError) else []
-            try:
-                plugin_names = sorted(pm.available(kind))
-            except Exception:  # listing names is best effort inside an error path
-                plugin_names = []
-    known = sorted(set(registry) | set(plugin_names))
+    return _REGISTRIES[kind].get(name)
+
+
+def unknown_name_error(what: str, name: str, known: list[str], notes: list[str]) -> ValueError:
+    """The error of an unknown name: every known name once, one close spelling, then ``notes`` lines."""
     close = difflib.get_close_matches(name, known, n=1)
     if close:  # one suggestion, over local and plugin names alike
         notes = [line for line in notes if not line.startswith("Did you mean")]
     first = f"Unknown {what} {name!r}; registered names: {', '.join(known)}."
-    raise ValueError("\n".join([first + (f" Did you mean {close[0]!r}?" if close else ""), *notes]))
+    return ValueError("\n".join([first + (f" Did you mean {close[0]!r}?" if close else ""), *notes]))
+
+
+_PLUGIN_NOTE = (
+    "(this lookup sees the in-process registry only; plugin-provided names are looked up by "
+    "verl.plugins.get_adv_estimator_fn / get_policy_loss_fn, which the trainer and config load use)"
+)
+
+
+def _lookup(kind: str, what: str, name_or_enum: str | Enum) -> Callable[..., Any]:
+    fn = lookup_local(kind, name_or_enum)
+    if fn is not None:
+        return fn
+    raise unknown_name_error(what, _name(name_or_enum), local_names(kind), [_PLUGIN_NOTE])
 
 
 def get_adv_estimator_fn(name_or_enum: str | Enum) -> Callable[..., Any]:
-    """Return the advantage estimator registered as ``name_or_enum`` (a str or an
-    :class:`~verl.algorithms.AdvantageEstimator` member; local first, then plugins).
+    """Return the advantage estimator registered in-process as ``name_or_enum`` (a str or an
+    :class:`~verl.algorithms.AdvantageEstimator` member): built-ins and ``register_adv_est``, as verl's
+    ``core_algos.get_adv_estimator_fn``. Plugin-provided estimators: :func:`verl.plugins.get_adv_estimator_fn`.
 
     Raises:
-        ValueError: unknown name; the message lists every registered name once (local and plugin-provided),
-            a close spelling, and the plugin manager's notes (plugins that failed to import, install hints).
-        verl.plugins.PluginConflictError (a ValueError): a plugin provides the name with a different
-            function than the local registry, or two plugins provide it; the message names both.
+        ValueError: unknown name; the message lists the registered names and a close spelling.
     """
-    return _lookup(ADV_ESTIMATOR_REGISTRY, "advantage_estimator", "advantage estimator", name_or_enum)
+    return _lookup("advantage_estimator", "advantage estimator", name_or_enum)
 
 
 def get_policy_loss_fn(name: str | Enum) -> Callable[..., Any]:
-    """Return the policy loss registered as ``name`` (local first, then plugins).
+    """Return the policy loss registered in-process as ``name`` (built-ins and ``register_policy_loss``), as verl's
+    ``core_algos.get_policy_loss_fn``. Plugin-provided losses: :func:`verl.plugins.get_policy_loss_fn`.
 
     Raises:
-        ValueError: unknown name; the message lists the supported names.
-        verl.plugins.PluginConflictError (a ValueError): the name has two providers (named).
+        ValueError: unknown name; the message lists the registered names.
     """
-    return _lookup(POLICY_LOSS_REGISTRY, "policy_loss", "policy loss", name)
+    return _lookup("policy_loss", "policy loss", name)

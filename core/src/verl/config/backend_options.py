@@ -48,13 +48,15 @@ def default_plugin_manager() -> Any | None:
 
 
 def default_algorithm_registry() -> Any | None:
-    """``verl.algorithms`` (exposing ``get_adv_estimator_fn``/``get_policy_loss_fn``), or None if absent."""
+    """The plugin-aware lookups (:mod:`verl.plugins.algorithm_lookup`: ``get_adv_estimator_fn`` /
+    ``get_policy_loss_fn``, local registry then plugins), or None when they cannot be imported."""
     try:
-        import verl.algorithms as algorithms
+        import verl.algorithms  # noqa: F401  (a stripped-down install without it: nothing to check against)
+        from verl.plugins import algorithm_lookup
     except ImportError as exc:
-        logger.debug("verl.algorithms unavailable, estimator/loss names not checked: %s", exc)
+        logger.debug("verl.algorithms / verl.plugins unavailable, estimator/loss names not checked: %s", exc)
         return None
-    return algorithms
+    return algorithm_lookup
 
 
 def structure_options(options_cls: type | None, raw: Mapping[str, Any], path: str, backend: str) -> Any:
@@ -232,7 +234,7 @@ def validate_registered_names(cfg: RootConfig, registry: Any | None = None) -> N
 
     Args:
         registry: object with ``get_adv_estimator_fn(name)`` and ``get_policy_loss_fn(name)``
-            that raise on unknown names; None = ``verl.algorithms`` (skipped if not importable).
+            that raise on unknown names; None = :func:`default_algorithm_registry` (skipped if not importable).
 
     Raises:
         ConfigError: naming the key and quoting the registry's message (which lists the registered names).

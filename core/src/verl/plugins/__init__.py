@@ -12,6 +12,7 @@ The hook API for plugin authors is documented in :mod:`verl.plugins.hookspecs`, 
 :mod:`verl.plugins.specs`. Importing this package imports no plugin and no torch.
 """
 
+from verl.plugins.algorithm_lookup import get_adv_estimator_fn, get_policy_loss_fn
 from verl.plugins.discovery import (
     ENTRY_POINT_GROUP,
     ENV_ALLOW_LIST,
@@ -74,7 +75,9 @@ __all__ = [
     "UnknownPluginError",
     "choose_platform",
     "current_platform",
+    "get_adv_estimator_fn",
     "get_plugin_manager",
+    "get_policy_loss_fn",
     "hookimpl",
     "probe_platforms",
     "reset_plugin_manager",

@@ -157,6 +157,7 @@ class StepStages:
     def _advantages(self, batch: Any, n: int, metrics: dict[str, Any]) -> Any:
         """``adv``: in-reward KL (optional), then the estimator on the driver."""
         from verl.algorithms import apply_kl_penalty, compute_advantage
+        from verl.plugins import get_adv_estimator_fn
 
         algo = self.config.algorithm
         with self.stage("adv"):
@@ -173,6 +174,7 @@ class StepStages:
                 num_repeat=n,
                 norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
                 config=algo,
+                estimator_fn=get_adv_estimator_fn(algo.adv_estimator),  # plugin-provided ones too
             )
 
     def _update(self, batch: Any, metrics: dict[str, Any]) -> None:

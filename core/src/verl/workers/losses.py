@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from verl.algorithms import agg_loss, combine_actor_loss, get_policy_loss_fn, kl_penalty
+from verl.algorithms import agg_loss, combine_actor_loss, kl_penalty
+from verl.plugins import get_policy_loss_fn  # plugin-provided losses too
 
 LossFn = Callable[[Any, dict[str, torch.Tensor], dict[str, Any]], tuple[torch.Tensor, dict[str, float]]]
 

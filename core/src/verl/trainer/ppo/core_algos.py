@@ -11,6 +11,9 @@ Names of verl's module that are not provided here:
   ``compute_policy_loss_vanilla`` (or ``get_policy_loss_fn("vanilla")``), which reads them from the actor config.
 * ``compute_pf_ppo_reweight_data``: PF-PPO sample reweighting (verl's ``algorithm.use_pf_ppo``) is not built.
 
+``get_adv_estimator_fn`` / ``get_policy_loss_fn`` are the plugin-aware lookups of :mod:`verl.plugins` (the
+local registry first, as verl's, then plugin-provided names).
+
 :func:`kl_penalty_forward` is a thin wrapper over :func:`verl.algorithms.kl_penalty` (defined here because
 ``verl.algorithms`` has no separate forward-only function).
 """
@@ -59,13 +62,12 @@ from verl.algorithms import (
     compute_rloo_outcome_advantage,
     compute_rloo_vectorized_outcome_advantage,
     compute_value_loss,
-    get_adv_estimator_fn,
     get_kl_controller,
-    get_policy_loss_fn,
     kl_penalty,
     register_adv_est,
     register_policy_loss,
 )
+from verl.plugins import get_adv_estimator_fn, get_policy_loss_fn  # local registry, then plugin-provided
 
 #: A registered policy loss, as verl types it: ``(old_log_prob, log_prob, advantages, response_mask,
 #: loss_agg_mode, config, rollout_is_weights) -> (pg_loss, metrics)``; the tensors are (batch, response_len).
