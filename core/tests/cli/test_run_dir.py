@@ -27,7 +27,7 @@ class _AnyBackend:
         return {"any": None}
 
     def get(self, kind: str, name: str) -> SimpleNamespace:
-        return SimpleNamespace(options_cls=None, devices=(), capabilities=frozenset({"data_parallel"}))
+        return SimpleNamespace(name=name, options_cls=None, devices=(), capabilities=frozenset({"data_parallel"}))
 
 
 @pytest.fixture(autouse=True)

@@ -294,9 +294,10 @@ def keys_read_by(chain: Chain) -> set[str]:
     return set(hits)
 
 
-def tree_sources(roots: Iterable[Path], exclude: Path, relative_to: Path) -> Iterator[tuple[str, str]]:
-    """``(relative file name, text)`` of every ``.py`` file under ``roots`` outside ``exclude``."""
+def tree_sources(roots: Iterable[Path], exclude: Path | Iterable[Path], relative_to: Path) -> Iterator[tuple[str, str]]:
+    """``(relative file name, text)`` of every ``.py`` file under ``roots`` outside the ``exclude`` folder(s)."""
+    excluded = {exclude} if isinstance(exclude, Path) else set(exclude)
     for root in roots:
         for path in sorted(root.rglob("*.py")):
-            if exclude not in path.parents:
+            if not excluded.intersection(path.parents):
                 yield str(path.relative_to(relative_to)), path.read_text()

@@ -67,4 +67,4 @@ def test_importing_the_kits_without_pytest_names_the_extra():
     code = "import sys; sys.modules['pytest'] = None; import verl.testing.conformance"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
-    assert "pip install 'verl-core[testing]'" in proc.stderr
+    assert "pip install './core[testing]'" in proc.stderr

@@ -33,7 +33,9 @@ def test_the_whole_probe_answers_no_with_the_first_missing_piece():
         assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in result.reason
     else:
         assert [s.name for s in report.steps] == ["package"]
-        assert result.reason.startswith("torch-npu is not installed: pip install 'verl-npu[npu]'")
+        assert result.reason.startswith(
+            "torch-npu is not installed: from the verl checkout: pip install './plugins/verl-npu[npu]'"
+        )
     assert probe_npu() == result  # the cached platform probe says the same
     assert "torch_npu" not in sys.modules
 

@@ -55,7 +55,10 @@ __all__ = [
 AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 _MARK = "VERL_NPU_PROBE "
 _DEVICE_NODE = re.compile(r"davinci\d+")
-_INSTALL = "pip install 'verl-npu[npu]' (torch-npu pinned to your torch; or pip install torch-npu==<torch version>)"
+_INSTALL = (
+    "from the verl checkout: pip install './plugins/verl-npu[npu]' (torch-npu pinned to your torch; "
+    "or pip install torch-npu==<torch version>)"
+)
 
 # Run by the child Python: the one place torch_npu is imported. One marked JSON line, whatever else it prints.
 _CHILD = f"""

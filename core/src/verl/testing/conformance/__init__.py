@@ -11,7 +11,8 @@
 
 Each kit builds what it tests from the plugin's real spec and a config loaded with
 :func:`verl.config.load_config` (:mod:`~verl.testing.conformance.build`). Importing this package imports
-pytest and torch; it is meant for test code: ``pip install 'verl-core[testing]'``.
+pytest and torch; it is meant for test code: the ``testing`` extra of verl-core (from the verl checkout:
+``pip install './core[testing]'``), or just pytest.
 """
 
 try:
@@ -19,7 +20,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "verl.testing.conformance needs pytest, which verl-core does not install by default: "
-        "pip install 'verl-core[testing]'"
+        "install its testing extra (from the verl checkout: pip install './core[testing]') or pytest itself "
+        "(pip install pytest)"
     ) from exc
 
 from verl.testing.conformance.build import engine_overrides, kwargs_overrides, load_kit_config, plugin_spec
