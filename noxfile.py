@@ -1,6 +1,6 @@
 """Test sessions for the verl monorepo, generated from two tables: the plugins, and backend combinations x devices.
 
-    nox                         # default: lint, core, plugin(fsdp), isolation(fsdp)
+    nox                         # default: lint, core, plugin(fsdp), isolation(fsdp), plugin(npu), isolation(npu)
     nox -s core                 # core installed with its test extras, runs core/tests and tests/
     nox -s "plugin(fsdp)"       # core + one plugin installed in one step: its tests + cross-package tests
     nox -s "isolation(fsdp)"    # only core + that plugin: discovery, missing-backend errors, import cost
@@ -24,7 +24,8 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "core", "plugin(fsdp)", "isolation(fsdp)"]
+# plugin(npu) and isolation(npu) add about 3 minutes (2 fresh venvs; verl-npu's 68 tests take 11 s).
+nox.options.sessions = ["lint", "core", "plugin(fsdp)", "isolation(fsdp)", "plugin(npu)", "isolation(npu)"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"

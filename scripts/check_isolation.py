@@ -4,7 +4,8 @@
 
 1. ``import verl`` imports neither torch, ray nor the plugin (cheap import, plugins load lazily);
 2. ``verl plugins --json`` lists exactly core's built-ins and this plugin, with no load failure;
-3. selecting the plugin's backend loads a valid config (``verl config show ...`` exits 0); for a platform
+3. selecting the plugin's backend loads a valid config (``verl config show ...`` exits 0), or, where the
+   backend library is not installed, is refused with exit code 2 naming how to install it; for a platform
    plugin (``platform:<name>``), ``verl plugins --json`` lists that platform from the plugin with a reason;
 4. selecting a backend of a plugin that is not installed fails with exit code 2 and names the
    distribution: how to install it from the checkout, or that it is not available yet.
@@ -58,6 +59,12 @@ def _check_selected(select: str, dist: str, listing: subprocess.CompletedProcess
         print(f"ok: verl plugins lists platform {name} from {dist}: {found[0]['reason']}")
         return None
     chosen = _run("-m", "verl.cli.main", "config", "show", select)
+    # Without its backend library (vLLM for verl-vllm) the plugin's backend is refused at config load, naming
+    # the library and how to install it: that is the right answer in an environment of core + plugin alone.
+    refused = chosen.stderr[chosen.stderr.find("error:") :]
+    if chosen.returncode == 2 and "is installed but cannot run here" in refused and "pip install" in refused:
+        print(f"ok: {select} is refused with how to install its backend: {refused.strip().splitlines()[0]}")
+        return None
     if chosen.returncode != 0:
         return f"verl config show {select} exited {chosen.returncode}: {chosen.stderr.strip()}"
     print(f"ok: {select} loads")
