@@ -103,12 +103,12 @@ def test_the_only_accelerator_answering_yes_is_said_and_engines_are_held_to_its_
         PPOTrainer(load_config(overrides=["algorithm.adv_estimator=grpo"]), tmp_path)
     assert str(info.value).splitlines() == [
         "actor_rollout_ref.actor.strategy: training engine 'reference' does not run on platform 'odd' (supports: cpu, "
-        "cuda); choose a training engine that lists 'odd' in its devices, or a platform whose name or device type is "
-        "one of cpu, cuda (trainer.device)",
-        "actor_rollout_ref.rollout.name: rollout engine 'hf' does not run on platform 'odd' (supports: cpu, cuda); "
-        "choose a rollout engine that lists 'odd' in its devices, or a platform whose name or device type is one of "
-        "cpu, cuda (trainer.device)",
+        "cuda, npu); choose a training engine that lists 'odd' in its devices, or a platform whose name or device "
+        "type is one of cpu, cuda, npu (trainer.device)",
+        "actor_rollout_ref.rollout.name: rollout engine 'hf' does not run on platform 'odd' (supports: cpu, cuda, "
+        "npu); choose a rollout engine that lists 'odd' in its devices, or a platform whose name or device type is "
+        "one of cpu, cuda, npu (trainer.device)",
         "actor_rollout_ref.rollout.checkpoint_engine.backend: checkpoint engine 'colocated' does not run on platform "
-        "'odd' (supports: cpu, cuda); choose a checkpoint engine that lists 'odd' in its devices, or a platform whose "
-        "name or device type is one of cpu, cuda (trainer.device)",
+        "'odd' (supports: cpu, cuda, npu); choose a checkpoint engine that lists 'odd' in its devices, or a platform "
+        "whose name or device type is one of cpu, cuda, npu (trainer.device)",
     ]

@@ -121,7 +121,7 @@ def test_a_vendor_platform_of_an_unlisted_device_type_is_refused_at_config_load(
         "actor_rollout_ref.rollout.checkpoint_engine.backend",
         "critic.strategy",
     ]
-    assert "training engine 'reference' does not run on platform 'odd' (supports: cpu, cuda)" in str(info.value)
+    assert "training engine 'reference' does not run on platform 'odd' (supports: cpu, cuda, npu)" in str(info.value)
 
 
 def test_verl_plugins_uses_the_same_rule(monkeypatch):

@@ -62,7 +62,9 @@ def verl_training_engines() -> list:
             name="reference",
             factory=build_reference_training_engine,
             options_cls=ReferenceEngineOptions,
-            devices=("cpu", "cuda"),
+            # Plain torch on the platform's device: npu too (torch-npu); never run on an Ascend yet, the
+            # npu(reference-hf) nox session is the check.
+            devices=("cpu", "cuda", "npu"),
             # Its module is a plain nn.Module a rollout engine can generate from (no second copy).
             capabilities={"share_module"},
             merge_checkpoint=merge_reference_checkpoint,
@@ -86,7 +88,9 @@ def verl_rollout_engines() -> list:
             name="hf",
             factory=build_hf_rollout_engine,
             options_cls=HFRolloutOptions,
-            devices=("cpu", "cuda"),
+            # Plain torch on the platform's device: npu too (torch-npu); never run on an Ascend yet, the
+            # npu(reference-hf) nox session is the check.
+            devices=("cpu", "cuda", "npu"),
             capabilities={"share_module", "tensor_parallel"},
             check_config=check_hf_rollout_config,
         )
@@ -102,6 +106,17 @@ def verl_checkpoint_engines() -> list:
     from verl.plugins.specs import CheckpointEngineSpec
 
     return [
-        CheckpointEngineSpec(name="colocated", factory=build_colocated_checkpoint_engine, options_cls=ColocatedOptions),
-        CheckpointEngineSpec(name="broadcast", factory=build_broadcast_checkpoint_engine, options_cls=BroadcastOptions),
+        CheckpointEngineSpec(
+            name="colocated",
+            factory=build_colocated_checkpoint_engine,
+            options_cls=ColocatedOptions,
+            devices=("cpu", "cuda", "npu"),
+        ),
+        CheckpointEngineSpec(
+            name="broadcast",
+            factory=build_broadcast_checkpoint_engine,
+            options_cls=BroadcastOptions,
+            # The sync group is built by the platform (gloo/nccl in core, hccl by verl-npu).
+            devices=("cpu", "cuda", "npu"),
+        ),
     ]
