@@ -18,11 +18,8 @@ HIGHER = ("verl.plugins", "verl.config", "verl.workers", "verl.trainer", "verl.c
 
 #: (importing module, imported module prefix) -> why it is still allowed.
 ALLOWED: dict[tuple[str, str], str] = {
-    # Engines re-read and structure their own engine_kwargs with config's converter (the same errors as at
-    # config load). To go when config load hands the validated options object to the factory (issue #16,
-    # "validate backend options once"), a change of the factory signature outside this check.
-    ("verl.engines.weight_sync.broadcast", "verl.config"): "structure_options, and placement for the gloo rule",
-    ("verl.engines.weight_sync.colocated", "verl.config"): "structure_options of its engine_kwargs",
+    # Empty: the weight-sync engines no longer structure their engine_kwargs (config load validates the options
+    # once and the factory receives them, issue #16) and the broadcast factory reads the resolved placement key.
 }
 
 

@@ -11,10 +11,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl.config import ConfigError, load_config
-from verl.engines.reference.builders import ReferenceEngineOptions, _options
+from verl.config import ConfigError, load_config, role_options
+from verl.engines.reference.builders import ReferenceEngineOptions
 
 A = "actor_rollout_ref.actor"
+SPEC = SimpleNamespace(options_cls=ReferenceEngineOptions)  # what role_options reads of the reference spec
+
+
+def _options(cfg, role):
+    return role_options(cfg, role, SPEC)
+
+
 REF = "actor_rollout_ref.ref"
 
 
@@ -71,12 +78,7 @@ def test_fsdp_config_under_another_engine_is_an_error() -> None:
         load_config(overrides=[f"{A}.strategy=megatron", f"{A}.fsdp_config.param_offload=True"])
 
 
-def test_builder_reads_ref_options_without_actor_ones() -> None:
-    cfg = SimpleNamespace(
-        actor_rollout_ref=SimpleNamespace(
-            actor=SimpleNamespace(engine_kwargs={}),
-            ref=SimpleNamespace(engine_kwargs={"reference": {"param_offload": True}}),
-        )
-    )
+def test_ref_options_without_actor_ones() -> None:
+    cfg = load_config(overrides=[f"{REF}.engine_kwargs.reference.param_offload=True"])
     assert _options(cfg, "ref").param_offload is True
     assert _options(cfg, "actor").param_offload is False

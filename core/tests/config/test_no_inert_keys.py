@@ -82,6 +82,16 @@ VALIDATED_ONLY: dict[str, str] = {
 READ_IN_CONFIG: dict[str, str] = {
     "actor_rollout_ref.rollout.placement": "placement.py",  # rollout_placement(), used to build the worker groups
     "model_engine": "resolve.py",  # default_strategy(): a non-dp engine family is the null strategy's value
+    # role_options(): the one reader of the backend options, which the workers hand to every engine factory.
+    **{
+        f"{section}.engine_kwargs": "engine_options.py"
+        for section in (
+            "actor_rollout_ref.actor",
+            "actor_rollout_ref.ref",
+            "critic",
+            "actor_rollout_ref.rollout.checkpoint_engine",
+        )
+    },
 }
 
 

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from verl.config import ConfigError
+from verl.config import ConfigError, structure_options
 from verl.config.schema.rollout import CheckpointEngineConfig
 from verl.engines.weight_sync import (
     BroadcastCheckpointEngine,
@@ -30,6 +30,7 @@ from verl.engines.weight_sync import (
     free_port,
     plan_buckets,
 )
+from verl.engines.weight_sync.broadcast import BroadcastOptions
 from verl.engines.weight_sync.buckets import decode_header, encode_header, header_entry, unpack_bucket
 from verl.platform.cpu import CpuPlatform
 
@@ -37,6 +38,8 @@ PROMPTS = ["What is 2+3?", "hi", "Count: 1 2 3"]
 HIDDEN = 32
 # Chosen below the 104 x 32 float32 embedding (13312 bytes), so embed_tokens and lm_head each exceed a bucket.
 BUCKET_BYTES = 8192
+
+CKPT = "actor_rollout_ref.rollout.checkpoint_engine"
 
 
 class FakePlatform(CpuPlatform):
@@ -47,12 +50,15 @@ class FakePlatform(CpuPlatform):
         self.dist_backend = backend
 
 
-def engine_config(bucket_bytes: int | None = BUCKET_BYTES, **options) -> CheckpointEngineConfig:
+def engine_config() -> CheckpointEngineConfig:
+    return CheckpointEngineConfig(backend="broadcast", update_weights_bucket_megabytes=1)
+
+
+def sync_options(bucket_bytes: int | None = BUCKET_BYTES, **options) -> BroadcastOptions:
+    """``engine_kwargs.broadcast`` structured as config load does (the engine gets the instance)."""
     if bucket_bytes is not None:
         options["bucket_bytes"] = bucket_bytes
-    return CheckpointEngineConfig(
-        backend="broadcast", update_weights_bucket_megabytes=1, engine_kwargs={"broadcast": options}
-    )
+    return structure_options(BroadcastOptions, options, f"{CKPT}.engine_kwargs.broadcast", "broadcast")
 
 
 # ---------------------------------------------------------------- buckets
@@ -123,10 +129,14 @@ def test_decode_header_rejects_bad_input():
 
 
 def test_options_bucket_size_and_unknown_key():
-    assert BroadcastCheckpointEngine(engine_config(None), FakePlatform()).bucket_bytes == 1_048_576
-    assert BroadcastCheckpointEngine(engine_config(4096), FakePlatform()).bucket_bytes == 4096
-    with pytest.raises(ConfigError, match="timeout_seconds"):
-        BroadcastCheckpointEngine(engine_config(timeout_seconds=3), FakePlatform())
+    assert (
+        BroadcastCheckpointEngine(engine_config(), FakePlatform(), options=sync_options(None)).bucket_bytes == 1_048_576
+    )
+    assert BroadcastCheckpointEngine(engine_config(), FakePlatform(), options=sync_options(4096)).bucket_bytes == 4096
+    with pytest.raises(ConfigError, match=f"{CKPT}.engine_kwargs.broadcast.timeout_seconds"):
+        sync_options(timeout_seconds=3)  # config load refuses it before any engine exists
+    with pytest.raises(TypeError, match="options must be a BroadcastOptions"):
+        BroadcastCheckpointEngine(engine_config(), FakePlatform(), options={"bucket_bytes": 4096})
 
 
 @pytest.mark.parametrize(
@@ -138,7 +148,7 @@ def test_options_bucket_size_and_unknown_key():
     + ([("nccl", "no NCCL")] if not torch.distributed.is_nccl_available() else []),
 )
 def test_unsupported_backend_is_a_clear_error(backend, message):
-    engine = BroadcastCheckpointEngine(engine_config(), FakePlatform(backend))
+    engine = BroadcastCheckpointEngine(engine_config(), FakePlatform(backend), options=sync_options())
     with pytest.raises(UnsupportedBackendError, match=message):
         engine.init_group(master_addr="127.0.0.1", master_port=1, rank=0, world_size=2)
 
@@ -165,7 +175,7 @@ class RecordingPlatform(CpuPlatform):
 @pytest.mark.parametrize(("override", "expected"), [(None, "fakeccl"), ("gloo", "gloo")])
 def test_the_platform_builds_the_group_also_for_the_gloo_override(override, expected):
     platform = RecordingPlatform()
-    engine = BroadcastCheckpointEngine(engine_config(), platform, backend=override)
+    engine = BroadcastCheckpointEngine(engine_config(), platform, backend=override, options=sync_options())
     # rank 0 only hosts the store (wait_for_workers=False): nothing blocks, the stand-in builds no group.
     engine.init_group(master_addr="127.0.0.1", master_port=free_port(), rank=0, world_size=2, timeout_s=5)
     engine.close()
@@ -182,14 +192,14 @@ def test_default_hook_refuses_what_the_platform_does_not_build():
     with pytest.raises(
         UnsupportedBackendError, match="'nccl' is not supported by platform 'cpu'; supported: gloo, fakeccl"
     ):
-        BroadcastCheckpointEngine(engine_config(), platform, backend="nccl").init_group(
+        BroadcastCheckpointEngine(engine_config(), platform, backend="nccl", options=sync_options()).init_group(
             master_addr="127.0.0.1", master_port=1, rank=0, world_size=2
         )
     assert platform.calls == [("check", "nccl")]
 
 
 def test_group_arguments_and_call_order_are_checked():
-    engine = BroadcastCheckpointEngine(engine_config(), FakePlatform())
+    engine = BroadcastCheckpointEngine(engine_config(), FakePlatform(), options=sync_options())
     with pytest.raises(SyncGroupError, match="init_group"):
         engine.sync(SimpleNamespace(iter_weights=lambda: iter(())), None)
     with pytest.raises(TypeError, match="trainer .* or a rollout"):
@@ -212,7 +222,7 @@ def test_non_member_trainer_rank_drains_iter_weights():
                 consumed.append(name)
                 yield name, t
 
-    engine = BroadcastCheckpointEngine(engine_config(), FakePlatform())
+    engine = BroadcastCheckpointEngine(engine_config(), FakePlatform(), options=sync_options())
     # rank=None joins nothing: the port is never contacted.
     engine.init_group(master_addr="127.0.0.1", master_port=1, rank=None, world_size=3)
     with pytest.raises(SyncGroupError, match="ranks 1..2, this is rank None"):
@@ -233,7 +243,7 @@ def test_both_sides_in_one_process_hand_over_directly(tmp_path):
     src = make_tiny_model(len(tok), hidden_size=HIDDEN, seed=1)
     rollout = HFRolloutEngine(make_tiny_model(len(tok), hidden_size=HIDDEN, seed=0), tok, SimpleNamespace())
     trainer = SimpleNamespace(iter_weights=lambda: iter(src.state_dict().items()))
-    metrics = BroadcastCheckpointEngine(engine_config(), FakePlatform()).sync(trainer, rollout)
+    metrics = BroadcastCheckpointEngine(engine_config(), FakePlatform(), options=sync_options()).sync(trainer, rollout)
     assert metrics["tensors"] == 21 and metrics["buckets"] == 0 and metrics["shared"] is False
     for name, t in src.state_dict().items():
         assert torch.equal(rollout.model.state_dict()[name], t)
@@ -245,8 +255,8 @@ def _sender_thread(send):
     import threading
 
     port = free_port()
-    sender = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
-    receiver = BroadcastCheckpointEngine(engine_config(4096), FakePlatform())
+    sender = BroadcastCheckpointEngine(engine_config(), FakePlatform(), options=sync_options(4096))
+    receiver = BroadcastCheckpointEngine(engine_config(), FakePlatform(), options=sync_options(4096))
 
     def run():
         sender.init_group(master_addr="127.0.0.1", master_port=port, rank=0, world_size=2, timeout_s=30)
@@ -353,7 +363,7 @@ def _worker(args: dict) -> None:
     rank, out = args["rank"], Path(args["out"])
     tok = load_tokenizer(args["model_dir"])
     cfg = SimpleNamespace(response_length=8)
-    engine = BroadcastCheckpointEngine(engine_config(), FakePlatform())
+    engine = BroadcastCheckpointEngine(engine_config(), FakePlatform(), options=sync_options())
     result: dict = {}
     if rank == 0:
         from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine

@@ -3,13 +3,24 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from verl.config import load_config
-from verl.engines.reference.builders import build_hf_rollout_engine
+from verl.config import load_config, role_options
+from verl.engines.reference.builders import HFRolloutOptions
+from verl.engines.reference.builders import build_hf_rollout_engine as _factory
 from verl.models import load_tokenizer
 from verl.testing.tiny import make_tiny_model, save_tiny_model
+
+HF = SimpleNamespace(options_cls=HFRolloutOptions)  # role_options reads only the spec's options_cls
+
+
+def build_hf_rollout_engine(cfg, **kwargs):
+    """The ``hf`` factory called as the worker calls it (the validated rollout options)."""
+    return _factory(cfg, options=role_options(cfg, "rollout", HF), **kwargs)
+
 
 OVERRIDE = {"num_hidden_layers": 1, "rms_norm_eps": 0.25}
 

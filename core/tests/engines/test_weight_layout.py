@@ -145,8 +145,10 @@ def test_update_while_asleep_wakes_the_weights_first(tmp_path):
     """A level-2 sleep freed the storages: an update must re-allocate them before writing (never into 0 bytes)."""
     model_dir = save_tiny_model(tmp_path / "m", num_layers=1, hidden_size=32)
     tok = make_tiny_tokenizer()
-    cfg = SimpleNamespace(response_length=4, engine_kwargs={"hf": {"sleep_level": 2}})
-    rollout = HFRolloutEngine(model_dir, tok, cfg, device="cpu")
+    from verl.engines.reference.builders import HFRolloutOptions
+
+    cfg = SimpleNamespace(response_length=4)
+    rollout = HFRolloutEngine(model_dir, tok, cfg, device="cpu", options=HFRolloutOptions(sleep_level=2))
     weights = {n: t.clone() for n, t in rollout.model.state_dict().items()}
     rollout.sleep()
     assert rollout.weights.owned_bytes() == 0 and rollout.weights.asleep

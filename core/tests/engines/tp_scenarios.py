@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
+from verl.engines.reference.builders import HFRolloutOptions
 from verl.engines.reference.rollout import HFRolloutEngine
 from verl.engines.reference.rollout_weights import StaleWeightsError
 from verl.engines.weight_sync.layout import TensorParallelLayout, local_shape
@@ -65,7 +66,6 @@ def rollout_config(tp: int, **kw) -> SimpleNamespace:
         "calculate_log_probs": True,
         "temperature": 1.0,
         "tensor_model_parallel_size": tp,
-        "engine_kwargs": {"hf": {"sleep_level": 2}},
         **kw,
     }
     return SimpleNamespace(**values)
@@ -127,7 +127,7 @@ def reshard_scenario(rank: int, world: int, res: dict) -> None:
 def rollout_scenario(rank: int, out: Path, res: dict) -> None:
     model_dir = out / "tiny_model"
     tok = make_tiny_tokenizer()
-    engine = HFRolloutEngine(model_dir, tok, rollout_config(2), device="cpu")
+    engine = HFRolloutEngine(model_dir, tok, rollout_config(2), device="cpu", options=HFRolloutOptions(sleep_level=2))
     res["layout"] = engine.weight_layout().describe()
     res["local_shapes"] = {n: tuple(engine.weights._targets()[n]._local_tensor.shape) for n in ("lm_head.weight",)}
     res["greedy"] = generate(engine, tok, greedy=True)

@@ -8,16 +8,25 @@ each row run alone without padding.
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from verl.config import load_config
-from verl.engines.reference.builders import build_reference_training_engine, critic_settings
+from verl.config import load_config, role_options
+from verl.engines.reference.builders import ReferenceEngineOptions, build_reference_training_engine, critic_settings
 from verl.engines.reference.critic import ReferenceCriticEngine
 from verl.models.hf_config import load_hf_config, split_override_config
 from verl.testing.batches import ragged_rl_batch
 from verl.testing.tiny import save_tiny_model
+
+#: role_options reads only options_cls of the spec: the reference engine's.
+REFERENCE = SimpleNamespace(options_cls=ReferenceEngineOptions)
+
+
+def _build(cfg, role, model):
+    """The reference factory called as the worker calls it (the role's validated options)."""
+    return build_reference_training_engine(cfg, role=role, model=model, options=role_options(cfg, role, REFERENCE))
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +70,9 @@ def test_actor_ref_and_critic_engines_are_built_with_their_own_override_config(t
         "+critic.model.override_config.rms_norm_eps=0.001",
         "algorithm.adv_estimator=gae",
     )
-    actor = build_reference_training_engine(cfg, role="actor", model=tiny)
-    ref = build_reference_training_engine(cfg, role="ref", model=tiny)
-    critic = build_reference_training_engine(cfg, role="critic", model=tiny)
+    actor = _build(cfg, "actor", tiny)
+    ref = _build(cfg, "ref", tiny)
+    critic = _build(cfg, "critic", tiny)
     assert actor.model.config.attention_dropout == 0.25 and ref.model.config.attention_dropout == 0.25
     assert actor.model.model.layers[0].self_attn.attention_dropout == 0.25  # the built module, not only its config
     assert critic.model.config.rms_norm_eps == 0.001 and critic.model.config.attention_dropout == 0.0
@@ -86,11 +95,11 @@ def test_trust_remote_code_reaches_config_model_and_tokenizer_loads(tiny, monkey
     from verl.models import load_tokenizer
 
     cfg = _cfg(tiny, "actor_rollout_ref.model.trust_remote_code=true", "algorithm.adv_estimator=gae")
-    build_reference_training_engine(cfg, role="actor", model=tiny)
+    _build(cfg, "actor", tiny)
     load_tokenizer(tiny, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
     assert ("AutoConfig", True) in seen and ("AutoModelForCausalLM", True) in seen and ("AutoTokenizer", True) in seen
     seen.clear()
-    build_reference_training_engine(cfg, role="critic", model=tiny)  # critic.model.trust_remote_code stays false
+    _build(cfg, "critic", tiny)  # critic.model.trust_remote_code stays false
     assert seen and all(flag is False for _, flag in seen)
 
 

@@ -17,7 +17,7 @@ from verl.testing.conformance import (
     reference_config,
     save_conformance_model,
 )
-from verl.testing.conformance.build import plugin_spec
+from verl.testing.conformance.build import build_rollout_engine, build_training_engine, plugin_spec
 from verl.workers.losses import make_ppo_loss
 
 TRAIN = TrainingEngineTests()
@@ -32,9 +32,7 @@ def reference_maker(model, patch=None):
     spec = plugin_spec("training_engine", "reference")
 
     def make(overrides=(), extra_kwargs=None):
-        engine = spec.factory(
-            reference_config(model, overrides), role="actor", model=model, total_training_steps=4, device="cpu"
-        )
+        engine = build_training_engine(spec, reference_config(model, overrides), model=model, total_training_steps=4)
         if patch is not None:
             patch(engine)
         return engine
@@ -137,13 +135,11 @@ def _sync_fixtures(model, tmp_path):
         )
 
     tok = load_tokenizer(model)
-    trainer = plugin_spec("training_engine", "reference").factory(
-        make_config(), role="actor", model=model, total_training_steps=1, device="cpu"
-    )
+    trainer = build_training_engine(plugin_spec("training_engine", "reference"), make_config(), model=model)
     CheckpointEngineTests._perturb(trainer, seed=0)
 
     def make_receiver(path):
-        return plugin_spec("rollout_engine", "hf").factory(make_config(), model=path, tokenizer=tok, device="cpu")
+        return build_rollout_engine(plugin_spec("rollout_engine", "hf"), make_config(), model=path, tokenizer=tok)
 
     return make_config, trainer, make_receiver, tok
 

@@ -113,16 +113,16 @@ def rollout_outputs(engine) -> dict[str, torch.Tensor]:
 def hybrid_sync(trainer, model_dir: Path, tp: int) -> dict:
     """A fresh hf rollout (from the untrained checkpoint) synced from ``trainer``; what moved, what it cost."""
     from verl.engines.reference.rollout import HFRolloutEngine
-    from verl.engines.weight_sync.colocated import ColocatedCheckpointEngine
+    from verl.engines.weight_sync.colocated import ColocatedCheckpointEngine, ColocatedOptions
     from verl.testing.memory import AllocationTracker
     from verl.testing.tiny import make_tiny_tokenizer
 
     rollout = HFRolloutEngine(model_dir, make_tiny_tokenizer(), rollout_config(tp), device="cpu")
-    section = SimpleNamespace(
-        update_weights_bucket_megabytes=1, engine_kwargs={"colocated": {"bucket_bytes": SYNC_BUCKET}}
-    )
+    section = SimpleNamespace(update_weights_bucket_megabytes=1)
     with AllocationTracker() as tracker:
-        metrics = ColocatedCheckpointEngine(section).sync(trainer, rollout)
+        metrics = ColocatedCheckpointEngine(section, options=ColocatedOptions(bucket_bytes=SYNC_BUCKET)).sync(
+            trainer, rollout
+        )
     local = {
         n: tuple(t.to_local().shape) if hasattr(t, "to_local") else tuple(t.shape)
         for n, t in rollout.model.state_dict().items()
@@ -143,8 +143,10 @@ def run(out: Path) -> None:
     from verl_fsdp.engine import FSDPTrainingEngine
     from verl_fsdp.options import FSDPEngineOptions
 
+    from verl.config import role_options
     from verl.workers.losses import make_ppo_loss
 
+    FSDP_SPEC = SimpleNamespace(options_cls=FSDPEngineOptions)  # noqa: N806  (role_options reads options_cls only)
     ensure_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == 2, world
@@ -187,10 +189,19 @@ def run(out: Path) -> None:
         make_tiny_model(seed=MODEL_SEED).save_pretrained(str(model_dir))
     dist.barrier()
     cfg = ppo_config(str(model_dir), "fsdp")
-    eng = build_fsdp_training_engine(cfg, role="actor", model=str(model_dir), total_training_steps=10, world_size=2)
+    eng = build_fsdp_training_engine(
+        cfg,
+        role="actor",
+        model=str(model_dir),
+        options=role_options(cfg, "actor", FSDP_SPEC),
+        total_training_steps=10,
+        world_size=2,
+    )
     res["ppo_metrics"] = train(eng, local, make_ppo_loss(cfg.actor_rollout_ref.actor))
     res["ppo_weights"] = weights(eng)
-    ref = build_fsdp_training_engine(cfg, role="ref", model=str(model_dir), world_size=2)
+    ref = build_fsdp_training_engine(
+        cfg, role="ref", model=str(model_dir), options=role_options(cfg, "ref", FSDP_SPEC), world_size=2
+    )
     res["ref_logp"] = ref.compute_log_prob(local).batch["old_log_probs"]
     # 5. checkpoints: DCP and sharded state_dict round trips into fresh engines with other weights.
     eng = engine()

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from verl.config import load_config
+from verl.config import load_config, role_options
 from verl.engines.reference.critic import ReferenceCriticEngine
 from verl.engines.reference.training import EngineSettings
+from verl.plugins import get_plugin_manager
 from verl.testing.tiny import save_tiny_model
 from verl.workers.losses import make_value_loss
 
@@ -38,7 +39,10 @@ def test_fsdp_critic_matches_the_reference_critic(monkeypatch, scenarios, tmp_pa
         ]
     )
     torch.manual_seed(0)  # the value head is freshly initialised on load: same seed, same head
-    fsdp = build_fsdp_training_engine(cfg, role="critic", model=str(path), total_training_steps=4)
+    spec = get_plugin_manager().get("training_engine", "fsdp")
+    fsdp = build_fsdp_training_engine(
+        cfg, role="critic", model=str(path), options=role_options(cfg, "critic", spec), total_training_steps=4
+    )
     assert isinstance(fsdp, FSDPCriticEngine)
     settings = EngineSettings(mini_batch_size=8, micro_batch_size=4, infer_micro_batch_size=4)
     torch.manual_seed(0)

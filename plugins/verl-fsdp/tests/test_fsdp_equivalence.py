@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.engines.reference.builders import build_reference_training_engine
 from verl.engines.reference.training import ReferenceTrainingEngine
+from verl.plugins import get_plugin_manager
+from verl.testing.conformance import build_training_engine
 from verl.workers.losses import make_ppo_loss
 
 ATOL = 1e-5
@@ -104,10 +105,11 @@ def reference_ppo(two_rank_results, scenarios):
     out, _ = two_rank_results
     model_dir = str(out / "tiny_model")
     cfg = scenarios.ppo_config(model_dir, "reference")
-    engine = build_reference_training_engine(cfg, role="actor", model=model_dir, total_training_steps=10)
+    spec = get_plugin_manager().get("training_engine", "reference")
+    engine = build_training_engine(spec, cfg, model=model_dir, total_training_steps=10)
     full = scenarios.make_batch()
     metrics = scenarios.train(engine, full, make_ppo_loss(cfg.actor_rollout_ref.actor))
-    ref = build_reference_training_engine(cfg, role="ref", model=model_dir)
+    ref = build_training_engine(spec, cfg, role="ref", model=model_dir)
     ref_logp = ref.compute_log_prob(full).batch["old_log_probs"]
     return {"metrics": metrics, "weights": scenarios.weights(engine), "ref_logp": ref_logp}
 

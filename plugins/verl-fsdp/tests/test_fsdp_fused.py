@@ -65,9 +65,15 @@ def test_use_orig_params_accepts_only_what_fsdp2_does():
         load_config(overrides=[*base, "actor_rollout_ref.actor.fsdp_config.use_orig_params=false"])
 
 
-def test_fsdp_config_entropy_keys_override_the_roles_keys():
-    from verl_fsdp.options import read_options
+def _fsdp_options(cfg, role="actor"):
+    """The options the worker hands the fsdp factory for ``role`` (core's one rule, the plugin's real spec)."""
+    from verl.config import role_options
+    from verl.plugins import get_plugin_manager
 
+    return role_options(cfg, role, get_plugin_manager().get("training_engine", "fsdp"))
+
+
+def test_fsdp_config_entropy_keys_override_the_roles_keys():
     config = load_config(
         overrides=[
             "actor_rollout_ref.actor.strategy=fsdp",
@@ -76,7 +82,7 @@ def test_fsdp_config_entropy_keys_override_the_roles_keys():
             "actor_rollout_ref.actor.fsdp_config.entropy_from_logits_with_chunking=False",
         ]
     )
-    assert read_options(config, "actor").token_stats_overrides() == {
+    assert _fsdp_options(config, "actor").token_stats_overrides() == {
         "entropy_checkpointing": True,
         "entropy_from_logits_with_chunking": False,
     }

@@ -53,8 +53,16 @@ def test_bad_dtype_is_a_config_error():
         )
 
 
+def _fsdp_options(cfg, role="actor"):
+    """The options the worker hands the fsdp factory for ``role`` (core's one rule, the plugin's real spec)."""
+    from verl.config import role_options
+    from verl.plugins import get_plugin_manager
+
+    return role_options(cfg, role, get_plugin_manager().get("training_engine", "fsdp"))
+
+
 def test_options_are_read_from_engine_kwargs():
-    from verl_fsdp.options import FSDPEngineOptions, MixedPrecisionOptions, read_options
+    from verl_fsdp.options import FSDPEngineOptions, MixedPrecisionOptions
 
     cfg = load_config(
         overrides=[
@@ -64,11 +72,11 @@ def test_options_are_read_from_engine_kwargs():
             "actor_rollout_ref.actor.engine_kwargs.fsdp.reshard_after_forward=false",
         ]
     )
-    opts = read_options(cfg)
+    opts = _fsdp_options(cfg)
     assert opts == FSDPEngineOptions(
         mixed_precision=MixedPrecisionOptions(param_dtype="bf16"), fsdp_size=2, reshard_after_forward=False
     )
-    assert read_options(load_config(overrides=["actor_rollout_ref.actor.strategy=fsdp"])) == FSDPEngineOptions()
+    assert _fsdp_options(load_config(overrides=["actor_rollout_ref.actor.strategy=fsdp"])) == FSDPEngineOptions()
     with pytest.raises(ValueError, match="fsdp_size"):
         FSDPEngineOptions(fsdp_size=0)
 
@@ -85,9 +93,11 @@ def test_factory_checks_role_and_world_size():
 
     cfg = load_config(overrides=["actor_rollout_ref.actor.strategy=fsdp"])
     with pytest.raises(ValueError, match="role"):
-        build_fsdp_training_engine(cfg, role="policy", model="unused")
+        build_fsdp_training_engine(cfg, role="policy", model="unused", options=None)
     with pytest.raises(ValueError, match="world_size=2"):
-        build_fsdp_training_engine(cfg, role="ref", model="unused", world_size=2)
+        build_fsdp_training_engine(cfg, role="ref", model="unused", options=_fsdp_options(cfg, "ref"), world_size=2)
+    with pytest.raises(TypeError, match="options must be an FSDPEngineOptions"):
+        build_fsdp_training_engine(cfg, role="actor", model="unused", options={"fsdp_size": 1})
 
 
 def _optim():
@@ -161,7 +171,7 @@ def test_iter_weights_gathers_in_buckets_and_empty_batch_leaves_weights(monkeypa
 
 
 def test_verl_fsdp_config_keys_and_ref_overrides():
-    from verl_fsdp.options import FSDPEngineOptions, read_options
+    from verl_fsdp.options import FSDPEngineOptions
 
     cfg = load_config(
         overrides=[
@@ -171,8 +181,8 @@ def test_verl_fsdp_config_keys_and_ref_overrides():
             "actor_rollout_ref.ref.fsdp_config.param_offload=true",
         ]
     )
-    assert read_options(cfg) == FSDPEngineOptions(fsdp_size=2)
+    assert _fsdp_options(cfg) == FSDPEngineOptions(fsdp_size=2)
     # The reference policy takes the actor's options, with its own on top.
-    assert read_options(cfg, "ref") == FSDPEngineOptions(fsdp_size=2, param_offload=True)
+    assert _fsdp_options(cfg, "ref") == FSDPEngineOptions(fsdp_size=2, param_offload=True)
     with pytest.raises(ConfigError, match="actor_rollout_ref.ref.engine_kwargs.fsdp.no_such"):
         load_config(overrides=["actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.ref.fsdp_config.no_such=1"])

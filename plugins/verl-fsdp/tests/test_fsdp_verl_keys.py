@@ -59,9 +59,15 @@ def test_forward_prefetch_links_each_layer_to_the_next_and_keeps_the_values(lone
     torch.testing.assert_close(_forward(prefetch), _forward(plain), rtol=0, atol=0)
 
 
-def test_verl_keys_reach_the_options_for_actor_and_ref():
-    from verl_fsdp.options import read_options
+def _fsdp_options(cfg, role="actor"):
+    """The options the worker hands the fsdp factory for ``role`` (core's one rule, the plugin's real spec)."""
+    from verl.config import role_options
+    from verl.plugins import get_plugin_manager
 
+    return role_options(cfg, role, get_plugin_manager().get("training_engine", "fsdp"))
+
+
+def test_verl_keys_reach_the_options_for_actor_and_ref():
     cfg = load_config(
         overrides=[
             *FSDP,
@@ -74,7 +80,7 @@ def test_verl_keys_reach_the_options_for_actor_and_ref():
             "actor_rollout_ref.ref.fsdp_config.forward_prefetch=false",
         ]
     )
-    actor, ref = read_options(cfg), read_options(cfg, "ref")
+    actor, ref = _fsdp_options(cfg), _fsdp_options(cfg, "ref")
     assert (actor.reshard_after_forward, actor.forward_prefetch, actor.offload_policy) == (False, True, False)
     assert (ref.reshard_after_forward, ref.forward_prefetch, ref.offload_policy, ref.param_offload) == (
         False,

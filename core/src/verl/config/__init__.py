@@ -8,10 +8,14 @@ Pipeline (:func:`load_config`): defaults <- YAML file <- overrides -> unknown-ke
 (full dotted key, did-you-mean) -> strict cattrs structuring -> fill null follow-values
 (:func:`resolve_config`) -> cross-field rules (:func:`validate_config`) -> backend options
 and registry names (:func:`validate_backend_options`). Every failure is a :class:`ConfigError`.
+
+The options each engine factory gets (``options=``) come from :func:`role_options`, the rule config load
+checks with (:mod:`verl.config.engine_options`).
 """
 
-from verl.config.backend_options import structure_options, validate_backend_options, validate_registered_names
+from verl.config.backend_options import validate_backend_options, validate_registered_names
 from verl.config.dump import CONFIG_FILENAME, save_resolved_config, to_dict, to_yaml
+from verl.config.engine_options import RoleSelection, role_options, role_selection, structure_options
 from verl.config.errors import ConfigError, ConfigIssue
 from verl.config.loader import build_config, load_config, read_yaml_file
 from verl.config.resolve import get_path, replace_path, resolve_config
@@ -62,6 +66,7 @@ __all__ = [
     "RefConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
+    "RoleSelection",
     "RolloutConfig",
     "RootConfig",
     "TrainerConfig",
@@ -72,6 +77,8 @@ __all__ = [
     "read_yaml_file",
     "replace_path",
     "resolve_config",
+    "role_options",
+    "role_selection",
     "save_resolved_config",
     "structure_options",
     "to_dict",

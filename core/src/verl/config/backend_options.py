@@ -5,10 +5,11 @@
   ``trainer.device`` (platform), and run on an explicitly chosen device: the platform's name or its
   device type (from its spec, no device initialised) is in the engine's ``devices``
   (:func:`verl.plugins.selection.device_mismatch`, the rule ``verl plugins`` and ``verl train`` use);
-* each backend's options, ``<section>.engine_kwargs.<name>``, structure into the plugin's
-  ``options_cls`` (an unknown option is an error naming
-  ``actor_rollout_ref.rollout.engine_kwargs.vllm.<key>``); a backend without an options class
-  takes no options;
+* each selected role's options (:func:`verl.config.engine_options.role_options`: the critic its own
+  ``critic.engine_kwargs.<name>``, the reference policy the actor's overridden by its own when it runs on
+  the actor's engine) structure into the plugin's ``options_cls`` (an unknown option is an error naming
+  the key where it was written, e.g. ``actor_rollout_ref.rollout.engine_kwargs.vllm.<key>``); a backend
+  without an options class takes no options;
 * the rollout engine's own check of the first-class rollout keys (``RolloutEngineSpec.check_config``);
 * a training engine used on more than one worker declares the ``data_parallel`` capability; a rollout
   engine with ``rollout.tensor_model_parallel_size > 1`` declares ``tensor_parallel``;
@@ -21,14 +22,10 @@ install), the corresponding checks are skipped and the backend reports the error
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
-from verl.config.converter import structure
-from verl.config.errors import ConfigError, ConfigIssue, IssueCollector
-from verl.config.keys import find_unknown_keys
+from verl.config.engine_options import role_options, selected_roles
+from verl.config.errors import ConfigError, IssueCollector
 from verl.config.resolve import resolve_config
 from verl.config.schema import RootConfig
 
@@ -59,82 +56,6 @@ def default_algorithm_registry() -> Any | None:
     return algorithm_lookup
 
 
-def structure_options(options_cls: type | None, raw: Mapping[str, Any], path: str, backend: str) -> Any:
-    """Structure a backend's option dict into ``options_cls`` (None: the backend takes no options).
-
-    Args:
-        options_cls: the plugin's attrs options class, or None.
-        raw: the dict found at ``path`` (e.g. ``rollout.engine_kwargs["vllm"]``).
-        path: its dotted key, used in error messages.
-        backend: backend name, used in error messages.
-
-    Raises:
-        ConfigError: unknown option keys (full dotted key + did-you-mean) or wrong types.
-    """
-    if options_cls is None:
-        if raw:
-            keys = [f"{path}.{k}" for k in raw]
-            raise ConfigError(
-                [ConfigIssue(k, f"unknown config key '{k}': backend '{backend}' takes no options") for k in keys]
-            )
-        return None
-    if attrs.has(options_cls):
-        unknown = find_unknown_keys(raw, options_cls, path)
-        if unknown:
-            raise ConfigError(unknown)
-    return structure(dict(raw), options_cls, tuple(path.split(".")))
-
-
-def _selections(cfg: RootConfig) -> list[tuple[str, str, str, str, Mapping[str, Any]]]:
-    arr = cfg.actor_rollout_ref
-    rows = [
-        (
-            "training_engine",
-            f"{ARR}.actor.strategy",
-            arr.actor.strategy,
-            f"{ARR}.actor.engine_kwargs",
-            arr.actor.engine_kwargs,
-        ),
-        (
-            "rollout_engine",
-            f"{ARR}.rollout.name",
-            arr.rollout.name,
-            f"{ARR}.rollout.engine_kwargs",
-            arr.rollout.engine_kwargs,
-        ),
-        (
-            "checkpoint_engine",
-            f"{ARR}.rollout.checkpoint_engine.backend",
-            arr.rollout.checkpoint_engine.backend,
-            f"{ARR}.rollout.checkpoint_engine.engine_kwargs",
-            arr.rollout.checkpoint_engine.engine_kwargs,
-        ),
-    ]
-    ref_strategy = arr.ref.strategy or arr.actor.strategy
-    if arr.ref.engine_kwargs or ref_strategy != arr.actor.strategy:
-        # The reference policy's engine (ref.strategy, null = the actor's); its options override the actor's.
-        rows.append(
-            (
-                "training_engine",
-                f"{ARR}.ref.strategy",
-                ref_strategy,
-                f"{ARR}.ref.engine_kwargs",
-                arr.ref.engine_kwargs,
-            )
-        )
-    if cfg.critic.enable:
-        rows.append(
-            (
-                "training_engine",
-                "critic.strategy",
-                cfg.critic.strategy or arr.actor.strategy,
-                "critic.engine_kwargs",
-                cfg.critic.engine_kwargs,
-            )
-        )
-    return rows
-
-
 def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None) -> dict[str, Any]:
     """Check the selected backends and structure their options.
 
@@ -144,7 +65,9 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
             ``devices``); None = :func:`default_plugin_manager` (checks skipped if unavailable).
 
     Returns:
-        ``{"<section>.engine_kwargs.<name>": options instance or None}`` for each selected backend.
+        ``{"<section>.engine_kwargs.<name>": options instance or None}`` for each selected role (the
+        reference policy's entry holds its merged options), exactly what :func:`role_options` hands the
+        engine factories.
 
     Raises:
         ConfigError: unknown backend name (with the manager's list of available names),
@@ -178,7 +101,8 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
         except Exception as exc:
             report.error("trainer.device", str(exc))
     options: dict[str, Any] = {}
-    for kind, name_key, name, kwargs_key, engine_kwargs in _selections(cfg):
+    for selection in selected_roles(cfg):
+        kind, name_key, name = selection.kind, selection.name_key, selection.name
         try:
             if not manager.available(kind):
                 # Nothing of this kind is registered (partial install): no list to check the name against;
@@ -218,13 +142,12 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
         check = getattr(spec, "check_config", None) if kind == "rollout_engine" else None
         for key, message in check(cfg.actor_rollout_ref.rollout) if check is not None else ():
             report.error(key, message)
-        path = f"{kwargs_key}.{name}"
         try:
-            options[path] = structure_options(
-                getattr(spec, "options_cls", None), engine_kwargs.get(name, {}), path, name
-            )
+            # The one rule the workers use too (verl.config.engine_options): what is checked is what engines get.
+            options[selection.options_key] = role_options(cfg, selection.role, spec)
         except ConfigError as exc:
-            report.errors.extend(exc.issues)
+            # A value the reference policy inherited is reported at the actor's key, once.
+            report.errors.extend(issue for issue in exc.issues if issue not in report.errors)
     report.raise_if_errors()
     return options
 

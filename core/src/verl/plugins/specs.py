@@ -18,8 +18,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from verl.plugins.factories import (
+    CheckpointEngineFactory,
+    PlatformFactory,
+    RolloutEngineFactory,
+    TrainingEngineFactory,
+)
+
 if TYPE_CHECKING:
-    from verl.platform.base import Platform, ProbeResult
+    from verl.platform.base import ProbeResult
 
 # Names are config values (``actor_rollout_ref.rollout.name=vllm``) and config keys
 # (``engine_kwargs.vllm.*``), so no dots, spaces or leading digits.
@@ -111,8 +118,8 @@ class PlatformSpec:
         probe: zero-argument, cheap (no device initialisation, fork-safe) availability check.
             Returns ``bool`` or a :class:`verl.platform.ProbeResult` (truthy/falsy plus a
             ``reason`` shown to users). Exceptions are caught and reported as "not available".
-        factory: zero-argument callable returning a :class:`verl.platform.Platform`; called
-            only for the chosen platform.
+        factory: :class:`~verl.plugins.factories.PlatformFactory`, a zero-argument callable
+            returning a :class:`verl.platform.Platform`; called only for the chosen platform.
         accelerator: ``True`` for devices that take part in automatic selection; ``False``
             for the fallback (``cpu``).
         device_type: the torch device type of the platform the factory builds (``"cuda"`` for
@@ -132,7 +139,7 @@ class PlatformSpec:
 
     name: str = attrs.field(validator=_name)
     probe: Callable[[], bool | ProbeResult] = attrs.field(validator=_callable)
-    factory: Callable[[], Platform] = attrs.field(validator=_callable)
+    factory: PlatformFactory = attrs.field(validator=_callable)
     accelerator: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     device_type: str | None = attrs.field(default=None, validator=attrs.validators.optional(_device_type))
     alias_of: str | None = attrs.field(default=None, validator=attrs.validators.optional(_alias))
@@ -163,7 +170,8 @@ class _BackendSpec:
     """
 
     name: str = attrs.field(validator=_name)
-    factory: Callable[..., Any] = attrs.field(validator=_callable)
+    # Typed per kind in the subclasses (verl.plugins.factories); here the common validator.
+    factory: Any = attrs.field(validator=_callable)
     options_cls: type | None = attrs.field(default=None, validator=_options_cls)
     devices: tuple[str, ...] = attrs.field(
         default=_DEFAULT_DEVICES, converter=_as_tuple, validator=_str_collection(False)
@@ -196,10 +204,12 @@ class TrainingEngineSpec(_BackendSpec):
 
     Attributes:
         name: the engine's name in config (``"fsdp"``, ``"megatron"``, ``"reference"``).
-        factory: callable building a :class:`verl.engines.TrainingEngine`; imports the backend
-            only when called. Its arguments are defined by the engines protocol.
+        factory: :class:`~verl.plugins.factories.TrainingEngineFactory`, ``factory(config, *, role,
+            model, options, device, world_size, total_training_steps=1)`` building a
+            :class:`verl.engines.TrainingEngine`; imports the backend only when called.
         options_cls: attrs class (or dataclass) of the backend's own options, validated when the
-            config is loaded, or ``None``.
+            config is loaded and handed to the factory as ``options`` (one instance per role:
+            :func:`verl.config.role_options`), or ``None`` (the factory gets ``options=None``).
         devices: where it runs, normally torch device types (default ``("cpu", "cuda")``): a
             platform matches when its ``device_type`` *or* its ``name`` is listed
             (:func:`verl.plugins.selection.engine_runs_on`, the one rule of config load, ``verl
@@ -218,6 +228,7 @@ class TrainingEngineSpec(_BackendSpec):
 
     KIND: ClassVar[str] = "training_engine"
 
+    factory: TrainingEngineFactory = attrs.field(validator=_callable)
     capabilities: frozenset[str] = attrs.field(
         factory=frozenset, converter=_as_frozenset, validator=_str_collection(True)
     )
@@ -231,7 +242,9 @@ class RolloutEngineSpec(_BackendSpec):
     """A rollout (generation) engine backend (returned by ``verl_rollout_engines``).
 
     Same fields as :class:`TrainingEngineSpec`; ``name`` is ``actor_rollout_ref.rollout.name``
-    (``"vllm"``, ``"sglang"``, ``"hf"``), ``factory`` builds a :class:`verl.engines.RolloutEngine`.
+    (``"vllm"``, ``"sglang"``, ``"hf"``), ``factory`` is a
+    :class:`~verl.plugins.factories.RolloutEngineFactory`, ``factory(config, *, model, tokenizer, options,
+    device)`` building a :class:`verl.engines.RolloutEngine`.
 
     ``check_config``: optional ``f(rollout_config) -> [(dotted key, message), ...]``, run when the config is
     loaded: the first-class rollout keys (``gpu_memory_utilization``, ``enforce_eager``, ...) this backend
@@ -240,6 +253,7 @@ class RolloutEngineSpec(_BackendSpec):
 
     KIND: ClassVar[str] = "rollout_engine"
 
+    factory: RolloutEngineFactory = attrs.field(validator=_callable)
     capabilities: frozenset[str] = attrs.field(
         factory=frozenset, converter=_as_frozenset, validator=_str_collection(True)
     )
@@ -252,12 +266,15 @@ class RolloutEngineSpec(_BackendSpec):
 class CheckpointEngineSpec(_BackendSpec):
     """A weight-sync engine trainer -> rollout (returned by ``verl_checkpoint_engines``).
 
-    Fields ``name`` (``"colocated"``, ``"broadcast"``), ``factory`` (builds a
-    :class:`verl.engines.CheckpointEngine`), ``options_cls`` and ``devices`` as for
+    Fields ``name`` (``"colocated"``, ``"broadcast"``), ``factory`` (a
+    :class:`~verl.plugins.factories.CheckpointEngineFactory`, ``factory(config, *, options, platform)``
+    building a :class:`verl.engines.CheckpointEngine`), ``options_cls`` and ``devices`` as for
     :class:`TrainingEngineSpec`.
     """
 
     KIND: ClassVar[str] = "checkpoint_engine"
+
+    factory: CheckpointEngineFactory = attrs.field(validator=_callable)
 
 
 @attrs.frozen(kw_only=True)

@@ -60,6 +60,7 @@ class ActorRolloutRefWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self, total_training_steps: int = 1) -> dict[str, Any]:
         """Resolve the model, build the engines of this worker's roles; returns a short summary."""
+        from verl.config.engine_options import role_options
         from verl.config.placement import separate_rollout_pool
         from verl.models import load_tokenizer, resolve_model_path
         from verl.plugins import get_plugin_manager, resolve_platform
@@ -83,17 +84,26 @@ class ActorRolloutRefWorker(Worker):
         pm = get_plugin_manager()
         if self._is_actor:
             spec = pm.get("training_engine", arr.actor.strategy)
+            # Every factory gets the options config load validated, by the same rule (verl.config.engine_options).
             self.actor = spec.factory(
                 cfg,
                 role="actor",
                 model=model_path,
+                options=role_options(cfg, "actor", spec),
                 total_training_steps=total_training_steps,
                 device=device,
                 world_size=self.world_size,
             )
         if self._is_ref and (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward):
             spec = pm.get("training_engine", arr.ref.strategy or arr.actor.strategy)
-            self.ref = spec.factory(cfg, role="ref", model=model_path, device=device, world_size=self.world_size)
+            self.ref = spec.factory(
+                cfg,
+                role="ref",
+                model=model_path,
+                options=role_options(cfg, "ref", spec),
+                device=device,
+                world_size=self.world_size,
+            )
         if self._is_rollout:
             spec = pm.get("rollout_engine", arr.rollout.name)
             train_spec = pm.get("training_engine", arr.actor.strategy) if self.actor is not None else None
@@ -107,7 +117,11 @@ class ActorRolloutRefWorker(Worker):
             # only when both sides declare it: a sharded (FSDP) module cannot be generated from
             # rank-locally, and only some rollout backends can drive a module they do not own.
             self.rollout = spec.factory(
-                cfg, model=self.actor.model if shared else model_path, tokenizer=self.tokenizer, device=device
+                cfg,
+                model=self.actor.model if shared else model_path,
+                tokenizer=self.tokenizer,
+                options=role_options(cfg, "rollout", spec),
+                device=device,
             )
             # A rollout replica is tensor_model_parallel_size consecutive ranks: they share one chunk of every
             # generation batch, and the first of them returns it.
@@ -122,7 +136,10 @@ class ActorRolloutRefWorker(Worker):
             # group, joined later with init_weight_sync.
             backend = arr.rollout.checkpoint_engine.backend
             # The worker's platform is handed down: engines never resolve one themselves.
-            self.weight_sync = pm.get("checkpoint_engine", backend).factory(cfg, platform=platform)
+            sync_spec = pm.get("checkpoint_engine", backend)
+            self.weight_sync = sync_spec.factory(
+                cfg, options=role_options(cfg, "checkpoint", sync_spec), platform=platform
+            )
         self.phases = PhasePeaks(platform)
         return {
             "rank": self.rank,

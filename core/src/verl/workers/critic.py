@@ -91,6 +91,7 @@ class CriticWorker(Worker):
             ValueError: the model cannot be loaded as a value model, or the engine does not support the
                 ``critic`` role.
         """
+        from verl.config.engine_options import role_options
         from verl.plugins import get_plugin_manager, resolve_platform
 
         cfg = self.config
@@ -109,6 +110,8 @@ class CriticWorker(Worker):
             cfg,
             role="critic",
             model=model_path,
+            # critic.engine_kwargs.<strategy> only: the critic does not inherit the actor's options (verl).
+            options=role_options(cfg, "critic", spec),
             total_training_steps=total_training_steps,
             device=device,
             world_size=self.world_size,

@@ -1,4 +1,5 @@
-"""Factory of the ``fsdp`` training engine: reads the run config like the reference builder.
+"""Factory of the ``fsdp`` training engine: reads the run config like the reference builder, and gets its
+options validated (``options=``; it never reads ``engine_kwargs``).
 
 Kept free of torch imports at module level (the plugin hook imports it when listing engines).
 """
@@ -11,20 +12,29 @@ import attrs
 
 
 def build_fsdp_training_engine(
-    config: Any, *, role: str, model: Any, total_training_steps: int = 1, device: Any = "cpu", world_size: int = 1
+    config: Any,
+    *,
+    role: str,
+    model: Any,
+    options: Any,
+    total_training_steps: int = 1,
+    device: Any = "cpu",
+    world_size: int = 1,
 ) -> Any:
     """Build the ``actor`` (trainable), ``ref`` (forward-only) or ``critic`` (value model) FSDP engine.
 
     ``critic`` returns a :class:`verl_fsdp.engine.FSDPCriticEngine` with the batch settings of
-    :func:`verl.engines.reference.builders.critic_settings` and options from ``critic.engine_kwargs.fsdp``
-    (= verl's ``critic.model.fsdp_config``; the critic does not inherit the actor's FSDP options).
+    :func:`verl.engines.reference.builders.critic_settings`.
 
     Args:
-        config: resolved :class:`verl.config.RootConfig`; options from
-            ``actor_rollout_ref.actor.engine_kwargs.fsdp``, bucket size from
+        config: resolved :class:`verl.config.RootConfig`; bucket size from
             ``actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes``.
         role: ``"actor"``, ``"ref"`` or ``"critic"``.
         model: resolved HF folder (or a live module).
+        options: the role's validated :class:`verl_fsdp.options.FSDPEngineOptions` (core's
+            ``verl.config.role_options(config, role, spec)``: ``critic.engine_kwargs.fsdp`` = verl's
+            ``critic.model.fsdp_config`` for the critic; ``ref.engine_kwargs.fsdp`` over the actor's for the
+            reference policy); None = the defaults.
         total_training_steps: LR-schedule horizon.
         device: this rank's torch device (from the platform).
         world_size: data-parallel size; the per-rank mini-batch is ``ppo_mini_batch_size * n / world_size``.
@@ -32,26 +42,29 @@ def build_fsdp_training_engine(
 
     Raises:
         ValueError: unknown role, or ``world_size`` differs from the process group's size.
+        TypeError: ``options`` is not an :class:`~verl_fsdp.options.FSDPEngineOptions` (e.g. a raw dict).
     """
     import torch.distributed as dist
 
     from verl.engines.reference.builders import role_settings
     from verl_fsdp.dist import ensure_process_group
     from verl_fsdp.engine import DIST_BACKENDS, FSDPCriticEngine, FSDPTrainingEngine
-    from verl_fsdp.options import FSDPEngineOptions, read_options
+    from verl_fsdp.options import FSDPEngineOptions
 
+    if role not in ("actor", "ref", "critic"):
+        raise ValueError(f"fsdp training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
+    if options is not None and not isinstance(options, FSDPEngineOptions):
+        raise TypeError(
+            "fsdp training engine: options must be an FSDPEngineOptions (verl.config.role_options(cfg, role, spec)) "
+            f"or None, got {type(options).__name__}"
+        )
+    opts = options if options is not None else FSDPEngineOptions()
     rollout = config.actor_rollout_ref.rollout
     engine_cls: Any = FSDPTrainingEngine
     extra: dict[str, Any] = {}
     if role == "critic":
-        raw = config.critic.engine_kwargs.get("fsdp", {}) or {}
-        opts = raw if isinstance(raw, FSDPEngineOptions) else FSDPEngineOptions(**dict(raw))
         engine_cls = FSDPCriticEngine
         extra["trust_remote_code"] = config.critic.model.trust_remote_code
-    elif role in ("actor", "ref"):
-        opts = read_options(config, role)
-    else:
-        raise ValueError(f"fsdp training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
     settings, optim = role_settings(config, role, world_size=world_size, dtype=opts.model_dtype, engine="fsdp")
     if role != "critic":  # verl's fsdp_config.{use_torch_compile, entropy_*} over the role's keys
         settings = attrs.evolve(settings, **opts.token_stats_overrides())

@@ -1,5 +1,9 @@
 """Options of the ``fsdp`` training engine: ``actor_rollout_ref.actor.engine_kwargs.fsdp``.
 
+Config load structures them per role (:func:`verl.config.role_options`: the reference policy's
+``ref.engine_kwargs.fsdp`` over the actor's, the critic's ``critic.engine_kwargs.fsdp`` alone) and the worker
+hands the instance to :func:`verl_fsdp.builder.build_fsdp_training_engine` as ``options``.
+
 Keys follow verl's ``actor_rollout_ref.actor.fsdp_config`` (``verl/workers/config/engine.py:FSDPEngineConfig``)
 restricted to what FSDP2 uses here; an unknown key is a config error naming it. Only attrs and the
 standard library are imported, so listing plugins stays cheap.
@@ -173,27 +177,3 @@ class FSDPEngineOptions:
             "entropy_checkpointing",
         )
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
-
-
-def read_options(config: Any, role: str = "actor") -> FSDPEngineOptions:
-    """Build :class:`FSDPEngineOptions` from a root config (verl's ``fsdp_config`` keys).
-
-    ``actor``: ``actor_rollout_ref.actor.engine_kwargs.fsdp`` (= ``actor.fsdp_config``). ``ref``: the
-    actor's options, overridden key by key by ``actor_rollout_ref.ref.engine_kwargs.fsdp``
-    (= ``ref.fsdp_config``, e.g. ``param_offload: true`` for the frozen reference policy only).
-
-    Raises:
-        TypeError: an unknown key (the config loader reports it earlier as a ``ConfigError``).
-        ValueError: a value out of range (message names the key).
-    """
-    raw = config.actor_rollout_ref.actor.engine_kwargs.get("fsdp", {}) or {}
-    if isinstance(raw, FSDPEngineOptions):
-        raw = attrs.asdict(raw, recurse=False)
-    merged = dict(raw)
-    if role == "ref":
-        ref_kwargs = getattr(config.actor_rollout_ref.ref, "engine_kwargs", {}) or {}
-        override = ref_kwargs.get("fsdp", {}) or {}
-        if isinstance(override, FSDPEngineOptions):
-            override = attrs.asdict(override, recurse=False)
-        merged.update(dict(override))
-    return FSDPEngineOptions(**merged)

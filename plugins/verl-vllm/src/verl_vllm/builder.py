@@ -5,13 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 
-def build_vllm_rollout_engine(config: Any, *, model: Any, tokenizer: Any = None, device: Any = "cpu") -> Any:
-    """Build the ``vllm`` engine for ``config.actor_rollout_ref.rollout`` (options from ``engine_kwargs.vllm``).
+def build_vllm_rollout_engine(
+    config: Any, *, model: Any, options: Any, tokenizer: Any = None, device: Any = "cpu"
+) -> Any:
+    """Build the ``vllm`` engine for ``config.actor_rollout_ref.rollout``.
 
     Args:
         config: :class:`verl.config.RootConfig` (resolved: ``rollout.prompt_length``/``response_length`` set);
             ``actor_rollout_ref.model`` gives ``trust_remote_code`` and ``override_config``.
         model: resolved HF model folder (a live module is refused, see :class:`VLLMRolloutEngine`).
+        options: the validated ``actor_rollout_ref.rollout.engine_kwargs.vllm``
+            (:class:`~verl_vllm.options.VLLMRolloutOptions`, core's ``verl.config.role_options``); None = defaults.
         tokenizer: the worker's tokenizer.
         device: torch device of the worker (``cpu`` or ``cuda``).
 
@@ -25,4 +29,6 @@ def build_vllm_rollout_engine(config: Any, *, model: Any, tokenizer: Any = None,
     from verl_vllm.engine import VLLMRolloutEngine
 
     arr = config.actor_rollout_ref
-    return VLLMRolloutEngine(model, tokenizer, arr.rollout, device=device, model_config=getattr(arr, "model", None))
+    return VLLMRolloutEngine(
+        model, tokenizer, arr.rollout, device=device, options=options, model_config=getattr(arr, "model", None)
+    )

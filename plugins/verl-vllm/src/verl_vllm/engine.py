@@ -24,7 +24,6 @@ from verl.engines.reference.postprocess import build_rollout_batch
 from verl.engines.reference.sampling import resolve_sampling_params
 from verl_vllm.backend import device_type, engine_environment, import_vllm
 from verl_vllm.engine_args import passthrough_arguments
-from verl_vllm.options import VLLMRolloutOptions
 from verl_vllm.rollout_keys import device_problems, engine_arguments, load_format, options_from_rollout
 from verl_vllm.translate import collect_outputs, max_tokens_per_row, row_seeds, sampling_kwargs, strip_left_padding
 from verl_vllm.weights import UnknownWeightError, check_specs, checkpoint_shapes, reload_batches, tied_embeddings
@@ -32,7 +31,7 @@ from verl_vllm.weights import UnknownWeightError, check_specs, checkpoint_shapes
 if TYPE_CHECKING:
     from verl.protocol import DataProto
 
-__all__ = ["ModelTooLongError", "UnknownWeightError", "VLLMRolloutEngine", "options_from_config"]
+__all__ = ["ModelTooLongError", "UnknownWeightError", "VLLMRolloutEngine"]
 
 
 class ModelTooLongError(ValueError):
@@ -59,13 +58,6 @@ def _eos_token_ids(tokenizer: Any, model_path: Any) -> list[int]:
     return ids
 
 
-def options_from_config(config: Any) -> VLLMRolloutOptions:
-    """``config.engine_kwargs["vllm"]`` (a dict or an options instance) as :class:`VLLMRolloutOptions`, with
-    verl's rollout keys (``rollout.gpu_memory_utilization``, ...) laid over it
-    (:func:`verl_vllm.rollout_keys.options_from_rollout`)."""
-    return options_from_rollout(config)
-
-
 class VLLMRolloutEngine:
     """Batched generation with an in-process ``vllm.LLM`` (one per worker process).
 
@@ -75,11 +67,12 @@ class VLLMRolloutEngine:
         tokenizer: HF tokenizer (its ``eos_token_id``/``pad_token_id`` are used); None loads it from the path.
         config: rollout config section (verl names, read with ``getattr``): ``temperature`` (1.0), ``top_p``
             (1.0), ``top_k`` (-1), ``do_sample`` (True), ``prompt_length``, ``response_length`` (512),
-            ``calculate_log_probs`` (False), ``val_kwargs`` (greedy), ``dtype``, ``seed`` (0),
-            ``engine_kwargs["vllm"]`` (:class:`~verl_vllm.options.VLLMRolloutOptions`), and verl's engine keys
-            (``gpu_memory_utilization`` ... ``load_format``, ``ignore_eos``: :mod:`verl_vllm.rollout_keys`).
+            ``calculate_log_probs`` (False), ``val_kwargs`` (greedy), ``dtype``, ``seed`` (0), and verl's engine
+            keys (``gpu_memory_utilization`` ... ``load_format``, ``ignore_eos``: :mod:`verl_vllm.rollout_keys`),
+            which lie over ``options``. Its ``engine_kwargs`` are not read.
         device: ``cpu`` or ``cuda[:i]``.
-        options: overrides ``config.engine_kwargs["vllm"]``.
+        options: :class:`~verl_vllm.options.VLLMRolloutOptions`, the validated ``engine_kwargs.vllm``
+            (the factory passes ``verl.config.role_options``); None = the defaults.
         model_config: the ``actor_rollout_ref.model`` section: ``trust_remote_code`` reaches ``vllm.LLM``, the
             tokenizer and HF-config loads, ``override_config`` becomes vLLM's ``hf_overrides``
             (:mod:`verl_vllm.model_config`). None = the saved config, no remote code.
@@ -114,7 +107,8 @@ class VLLMRolloutEngine:
             )
         self.device_type = device_type(device)
         self.config = config
-        self.options = options if options is not None else options_from_config(config)
+        # The validated engine_kwargs.vllm (from the factory) under verl's first-class rollout keys.
+        self.options = options_from_rollout(config, options)
         problems = device_problems(config, self.options, self.device_type)
         if problems:
             raise ValueError("rollout engine 'vllm': " + "; ".join(problems))

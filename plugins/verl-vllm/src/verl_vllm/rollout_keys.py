@@ -75,25 +75,30 @@ def check_vllm_rollout_config(rollout: Any) -> list[tuple[str, str]]:
     return problems
 
 
-def options_from_rollout(rollout: Any) -> VLLMRolloutOptions:
-    """:class:`VLLMRolloutOptions` from ``engine_kwargs.vllm`` with the non-null rollout keys laid over it.
+def options_from_rollout(rollout: Any, options: VLLMRolloutOptions | None = None) -> VLLMRolloutOptions:
+    """``options`` (the validated ``engine_kwargs.vllm``; None = the defaults) with the non-null rollout keys
+    laid over it.
 
-    ``engine_kwargs["vllm"]`` may already be an options instance (tests, direct construction).
+    The rollout section's ``engine_kwargs`` are not read: config load validated them into ``options`` and
+    refused a key set both ways (:func:`check_vllm_rollout_config`, the spec's ``check_config``).
 
     Raises:
-        ValueError: a key set both ways (as :func:`check_vllm_rollout_config`), or a bad option value.
+        TypeError: ``options`` is not a :class:`VLLMRolloutOptions`.
+        ValueError: a bad rollout-key value.
     """
-    raw = (getattr(rollout, "engine_kwargs", None) or {}).get("vllm", {}) or {}
-    base = raw if isinstance(raw, VLLMRolloutOptions) else VLLMRolloutOptions(**dict(raw))
-    problems = check_vllm_rollout_config(rollout)
-    if problems:
-        raise ValueError("; ".join(message for _, message in problems))
+    if options is None:
+        options = VLLMRolloutOptions()
+    elif not isinstance(options, VLLMRolloutOptions):
+        raise TypeError(
+            "rollout engine 'vllm': options must be a VLLMRolloutOptions (verl.config.role_options(cfg, 'rollout', "
+            f"spec)) or None, got {type(options).__name__}"
+        )
     top = {key: getattr(rollout, key) for key in SHARED_KEYS if getattr(rollout, key, None) is not None}
     if not top:
-        return base
+        return options
     import attrs
 
-    return attrs.evolve(base, **top)
+    return attrs.evolve(options, **top)
 
 
 def engine_arguments(rollout: Any) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 ``config`` is a resolved :class:`verl.config.RootConfig` (from ``load_config``): follow-values
 such as ``rollout.response_length`` and ``*.log_prob_*`` are already filled from ``data`` and
-``actor`` there. Each factory reads verl's config keys for one role and builds the engine; they are the
+``actor`` there. Each factory reads verl's config keys for one role and gets the role's validated options
+(``options=``, :func:`verl.config.role_options`; it never reads ``engine_kwargs``); they are the
 ``factory`` of the ``reference`` training engine, the ``hf`` rollout engine and the
 ``colocated`` checkpoint engine specs in :mod:`verl.plugins.builtin`.
 """
@@ -46,17 +47,28 @@ class HFRolloutOptions:
     sleep_level: int = attrs.field(default=2, validator=attrs.validators.in_([1, 2]))
 
 
-def _options(config: Any, role: str = "actor") -> ReferenceEngineOptions:
-    raw = dict(config.actor_rollout_ref.actor.engine_kwargs.get("reference", {}) or {})
-    if role == "critic":  # the critic's own engine_kwargs.reference override the actor's key by key
-        raw.update(dict(config.critic.engine_kwargs.get("reference", {}) or {}))
-    if role == "ref":  # so do the reference policy's (verl's ref.fsdp_config.param_offload lands there)
-        raw.update(dict(config.actor_rollout_ref.ref.engine_kwargs.get("reference", {}) or {}))
-    return ReferenceEngineOptions(**raw)
+def _checked_options(options: Any, cls: type, name: str) -> Any:
+    """``options`` as ``cls``: None means the defaults; anything else is a caller error (the factory gets the
+    instance :func:`verl.config.role_options` built, never the raw ``engine_kwargs``)."""
+    if options is None:
+        return cls()
+    if not isinstance(options, cls):
+        raise TypeError(
+            f"{name}: options must be a {cls.__name__} (verl.config.role_options(cfg, role, spec)) or None, "
+            f"got {type(options).__name__}"
+        )
+    return options
 
 
 def build_reference_training_engine(
-    config: Any, *, role: str, model: Any, total_training_steps: int = 1, device: Any = "cpu", world_size: int = 1
+    config: Any,
+    *,
+    role: str,
+    model: Any,
+    options: ReferenceEngineOptions | None,
+    total_training_steps: int = 1,
+    device: Any = "cpu",
+    world_size: int = 1,
 ) -> ReferenceTrainingEngine:
     """Build the ``actor`` (trainable), ``ref`` (forward-only) or ``critic`` (value model) engine.
 
@@ -68,14 +80,17 @@ def build_reference_training_engine(
         config: :class:`verl.config.RootConfig`.
         role: ``"actor"``, ``"ref"`` or ``"critic"``.
         model: resolved HF folder (or a live module).
+        options: the role's validated :class:`ReferenceEngineOptions` (``verl.config.role_options(config, role,
+            spec)``: the critic's own, the reference policy's over the actor's); None = the defaults.
         total_training_steps: LR-schedule horizon.
         device: torch device.
         world_size: data-parallel size; the mini-batch per rank is ``ppo_mini_batch_size * n / world_size``.
 
     Raises:
         ValueError: unknown role.
+        TypeError: ``options`` is not a :class:`ReferenceEngineOptions` (e.g. a raw dict).
     """
-    opts = _options(config, role)
+    opts = _checked_options(options, ReferenceEngineOptions, "reference training engine")
     settings, optim = role_settings(config, role, world_size=world_size, dtype=opts.dtype, engine="reference")
     if role == "critic":
         from verl.engines.reference.critic import ReferenceCriticEngine
@@ -201,13 +216,20 @@ def critic_settings(config: Any, *, world_size: int = 1, dtype: str = "float32")
     )
 
 
-def build_hf_rollout_engine(config: Any, *, model: Any, tokenizer: Any, device: Any = "cpu") -> Any:
+def build_hf_rollout_engine(
+    config: Any, *, model: Any, tokenizer: Any, options: HFRolloutOptions | None, device: Any = "cpu"
+) -> Any:
     """Build the ``hf`` rollout engine for ``actor_rollout_ref.rollout`` (``model`` may be a live module).
 
-    A model loaded from a path gets ``actor_rollout_ref.model.{trust_remote_code, override_config}``, as the
-    actor does (verl passes ``model.trust_remote_code`` to its rollout engines too).
+    ``options``: the validated :class:`HFRolloutOptions` (``verl.config.role_options(config, "rollout",
+    spec)``), None = the defaults. A model loaded from a path gets ``actor_rollout_ref.model.{trust_remote_code,
+    override_config}``, as the actor does (verl passes ``model.trust_remote_code`` to its rollout engines too).
+
+    Raises:
+        TypeError: ``options`` is not an :class:`HFRolloutOptions`.
     """
     from verl.engines.reference.rollout import build_hf_rollout
 
+    opts = _checked_options(options, HFRolloutOptions, "hf rollout engine")
     arr = config.actor_rollout_ref
-    return build_hf_rollout(arr.rollout, model, tokenizer, device=device, model_config=arr.model)
+    return build_hf_rollout(arr.rollout, model, tokenizer, device=device, model_config=arr.model, options=opts)

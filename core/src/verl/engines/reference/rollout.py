@@ -60,11 +60,12 @@ class HFRolloutEngine:
             ``calculate_log_probs`` (False), ``val_kwargs`` (greedy), ``dtype`` ("auto": float32 on CPU,
             bfloat16 on accelerators), ``seed`` (0), ``tensor_model_parallel_size`` (1), the engine keys
             ``max_num_seqs`` (rows decoded together, 1024), ``max_num_batched_tokens`` (prefill budget),
-            ``max_model_len``, ``load_format``, ``ignore_eos`` (see :mod:`~verl.engines.reference.rollout_options`),
-            ``engine_kwargs["hf"]`` (:class:`HFRolloutOptions`).
+            ``max_model_len``, ``load_format``, ``ignore_eos`` (see :mod:`~verl.engines.reference.rollout_options`).
+            Its ``engine_kwargs`` are not read: the options come validated through ``options``.
         device: torch device for a model loaded from a path; default the live model's device, else the
             ``cpu`` (callers pass their platform's ``torch_device()``; the engine never resolves a platform).
-        options: overrides ``config.engine_kwargs["hf"]``.
+        options: :class:`~verl.engines.reference.builders.HFRolloutOptions` (validated at config load,
+            :func:`verl.config.role_options`); None = the defaults.
         model_config: the ``actor_rollout_ref.model`` section, for a model loaded from a path: its
             ``trust_remote_code`` and ``override_config`` are applied as for the actor
             (:func:`verl.models.hf_config.load_hf_config`), so both generate with one architecture. None (or
@@ -96,7 +97,11 @@ class HFRolloutEngine:
         model_config: Any = None,
     ) -> None:
         self.config = config
-        self.options = options if options is not None else options_from_config(config)
+        if options is None:
+            from verl.engines.reference.builders import HFRolloutOptions
+
+            options = HFRolloutOptions()
+        self.options = options
         tp_size = int(_cfg(config, "tensor_model_parallel_size", 1))
         if isinstance(model_path_or_model, torch.nn.Module):
             if tp_size > 1:
@@ -428,23 +433,22 @@ class HFRolloutEngine:
             self.weights.wake_up()
 
 
-def options_from_config(config: Any) -> Any:
-    """``config.engine_kwargs["hf"]`` (a dict or an options instance) as :class:`HFRolloutOptions`."""
-    from verl.engines.reference.builders import HFRolloutOptions
-
-    raw = (_cfg(config, "engine_kwargs", {}) or {}).get("hf", {}) or {}
-    return raw if isinstance(raw, HFRolloutOptions) else HFRolloutOptions(**dict(raw))
-
-
 def build_hf_rollout(
-    config: Any, model_path: Any, tokenizer: Any = None, *, device: Any = None, model_config: Any = None
+    config: Any,
+    model_path: Any,
+    tokenizer: Any = None,
+    *,
+    device: Any = None,
+    model_config: Any = None,
+    options: Any = None,
 ) -> HFRolloutEngine:
     """Factory for the ``hf`` rollout engine plugin: ``HFRolloutEngine(model_path, tokenizer, config)``.
 
     ``model_path`` may also be a live model (shared with the trainer); ``model_config`` is the
-    ``actor_rollout_ref.model`` section (``trust_remote_code``, ``override_config``); see :class:`HFRolloutEngine`.
+    ``actor_rollout_ref.model`` section (``trust_remote_code``, ``override_config``); ``options`` the validated
+    :class:`~verl.engines.reference.builders.HFRolloutOptions` (None: defaults); see :class:`HFRolloutEngine`.
     """
-    return HFRolloutEngine(model_path, tokenizer, config, device=device, model_config=model_config)
+    return HFRolloutEngine(model_path, tokenizer, config, device=device, options=options, model_config=model_config)
 
 
-__all__ = ["HFRolloutEngine", "StaleWeightsError", "UnknownWeightError", "build_hf_rollout", "options_from_config"]
+__all__ = ["HFRolloutEngine", "StaleWeightsError", "UnknownWeightError", "build_hf_rollout"]

@@ -68,15 +68,6 @@ class BroadcastOptions:
     )
 
 
-def _options(config: Any) -> BroadcastOptions:
-    from verl.config import structure_options
-
-    kwargs = getattr(config, "engine_kwargs", None) or {}
-    raw = dict(kwargs.get("broadcast", {}) or {})
-    path = "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.broadcast"
-    return structure_options(BroadcastOptions, raw, path, "broadcast")
-
-
 class BroadcastCheckpointEngine:
     """Weight sync trainer -> separate rollout processes over a standalone process group.
 
@@ -103,19 +94,30 @@ class BroadcastCheckpointEngine:
     (``lm_head.weight`` and ``model.embed_tokens.weight``) are sent as ``iter_weights`` yields them.
 
     Args:
-        config: the ``checkpoint_engine`` section (``update_weights_bucket_megabytes``, ``engine_kwargs``).
+        config: the ``checkpoint_engine`` section (``update_weights_bucket_megabytes``; its ``engine_kwargs``
+            are never read here).
         platform: :class:`verl.platform.Platform` whose ``dist_backend`` names the group's backend and whose
             ``new_sync_group`` builds it (also for the ``backend`` override); default
             :class:`~verl.platform.cpu.CpuPlatform` (gloo) when not given.
         backend: another collective backend for the group, e.g. ``gloo`` (host memory) when sender and
             receivers share one accelerator (colocated placement: NCCL refuses two ranks on one GPU).
 
+        options: :class:`BroadcastOptions`, validated at config load (``engine_kwargs.broadcast``); None for
+            defaults.
+
     Raises:
-        ConfigError: unknown or invalid ``engine_kwargs.broadcast`` options.
+        TypeError: ``options`` is not a :class:`BroadcastOptions`.
         ValueError: a non-positive bucket size.
     """
 
-    def __init__(self, config: Any, platform: Any = None, *, backend: str | None = None) -> None:
+    def __init__(
+        self, config: Any, platform: Any = None, *, backend: str | None = None, options: BroadcastOptions | None = None
+    ) -> None:
+        if options is not None and not isinstance(options, BroadcastOptions):
+            raise TypeError(
+                f"broadcast checkpoint engine: options must be a BroadcastOptions (verl.config.role_options) or "
+                f"None, got {type(options).__name__}"
+            )
         if platform is None:
             # Engines are handed their platform (the worker resolved it); they never resolve one themselves.
             from verl.platform.cpu import CpuPlatform
@@ -125,7 +127,7 @@ class BroadcastCheckpointEngine:
         self.platform = platform
         # Overridable because colocated processes share a GPU, where only gloo (host memory) can connect them.
         self.backend = backend or platform.dist_backend
-        self.options = _options(config)
+        self.options = options if options is not None else BroadcastOptions()
         if self.options.bucket_bytes is not None:
             self.bucket_bytes = int(self.options.bucket_bytes)
         else:
@@ -374,14 +376,18 @@ class BroadcastCheckpointEngine:
         return counts
 
 
-def build_broadcast_checkpoint_engine(config: Any, *, platform: Any = None) -> BroadcastCheckpointEngine:
+def build_broadcast_checkpoint_engine(
+    config: Any, *, options: BroadcastOptions | None, platform: Any = None
+) -> BroadcastCheckpointEngine:
     """Build the ``broadcast`` weight-sync engine from the root config on ``platform``, the worker's resolved
-    :class:`~verl.platform.Platform` (``None``: cpu/gloo; the factory never resolves a platform itself).
+    :class:`~verl.platform.Platform` (``None``: cpu/gloo; the factory never resolves a platform itself), with the
+    validated ``options`` (:func:`verl.config.role_options`; None = the defaults).
 
     With ``rollout.placement=colocated`` the group runs on gloo through host memory: trainer and rollout
-    processes share each device, and NCCL/HCCL refuse two ranks on one device.
+    processes share each device, and NCCL/HCCL refuse two ranks on one device. (A null placement, in a config
+    not resolved by ``load_config``, becomes ``hybrid`` or ``standalone``, never ``colocated``, so reading the
+    key here is the same rule.)
     """
-    from verl.config.placement import rollout_placement
-
-    backend = "gloo" if rollout_placement(config) == "colocated" else None
-    return BroadcastCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine, platform, backend=backend)
+    rollout = config.actor_rollout_ref.rollout
+    backend = "gloo" if getattr(rollout, "placement", None) == "colocated" else None
+    return BroadcastCheckpointEngine(rollout.checkpoint_engine, platform, backend=backend, options=options)

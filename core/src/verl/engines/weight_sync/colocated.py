@@ -81,16 +81,22 @@ class ColocatedCheckpointEngine:
     reshards into it.
 
     Args:
-        config: the ``checkpoint_engine`` section (``update_weights_bucket_megabytes``,
-            ``engine_kwargs.colocated``: :class:`ColocatedOptions`); None for defaults.
+        config: the ``checkpoint_engine`` section (``update_weights_bucket_megabytes``); None for defaults.
+        options: :class:`ColocatedOptions`, validated at config load (``engine_kwargs.colocated``); None for
+            defaults. The section's ``engine_kwargs`` are never read here.
 
     Raises:
-        ConfigError: unknown or invalid ``engine_kwargs.colocated`` options.
+        TypeError: ``options`` is not a :class:`ColocatedOptions`.
     """
 
-    def __init__(self, config: Any = None) -> None:
+    def __init__(self, config: Any = None, *, options: ColocatedOptions | None = None) -> None:
+        if options is not None and not isinstance(options, ColocatedOptions):
+            raise TypeError(
+                f"colocated checkpoint engine: options must be a ColocatedOptions (verl.config.role_options) or "
+                f"None, got {type(options).__name__}"
+            )
         self.config = config
-        self.options = _options(config)
+        self.options = options if options is not None else ColocatedOptions()
         megabytes = getattr(config, "update_weights_bucket_megabytes", None) or 2048
         self.bucket_bytes = self.options.bucket_bytes or bucket_capacity_bytes(megabytes)
 
@@ -158,19 +164,12 @@ class ColocatedCheckpointEngine:
             )
 
 
-def _options(config: Any) -> ColocatedOptions:
-    if config is None:
-        return ColocatedOptions()
-    from verl.config import structure_options
-
-    kwargs = getattr(config, "engine_kwargs", None) or {}
-    raw = dict(kwargs.get("colocated", {}) or {})
-    path = "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs.colocated"
-    return structure_options(ColocatedOptions, raw, path, "colocated")
-
-
-def build_colocated_checkpoint_engine(config: Any, *, platform: Any = None) -> ColocatedCheckpointEngine:
+def build_colocated_checkpoint_engine(
+    config: Any, *, options: ColocatedOptions | None, platform: Any = None
+) -> ColocatedCheckpointEngine:
     """Build the ``colocated`` weight-sync engine from the root config (same-process hand-over, no disk).
 
-    ``platform``: the worker's platform, accepted like every checkpoint factory's and not needed here."""
-    return ColocatedCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine)
+    ``options``: the validated ``checkpoint_engine.engine_kwargs.colocated`` (:func:`verl.config.role_options`),
+    None = the defaults. ``platform``: the worker's platform, accepted like every checkpoint factory's and not
+    needed here."""
+    return ColocatedCheckpointEngine(config.actor_rollout_ref.rollout.checkpoint_engine, options=options)

@@ -24,7 +24,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(pip install pytest)"
     ) from exc
 
-from verl.testing.conformance.build import engine_overrides, kwargs_overrides, load_kit_config, plugin_spec
+from verl.testing.conformance.build import (
+    build_checkpoint_engine,
+    build_rollout_engine,
+    build_training_engine,
+    engine_overrides,
+    kwargs_overrides,
+    load_kit_config,
+    plugin_spec,
+)
 from verl.testing.conformance.checkpoint import CheckpointEngineTests
 from verl.testing.conformance.checks import (
     check_eos_stops,
@@ -53,6 +61,9 @@ __all__ = [
     "PlatformTests",
     "RolloutEngineTests",
     "TrainingEngineTests",
+    "build_checkpoint_engine",
+    "build_rollout_engine",
+    "build_training_engine",
     "check_eos_stops",
     "check_log_probs_close",
     "check_output_layout",

@@ -3,8 +3,9 @@
 Every kit turns its settings into Hydra-style ``key=value`` overrides, loads them with
 :func:`verl.config.load_config` (so a plugin's options are validated exactly as at config load, unknown keys
 included) and calls the factory of the spec the plugin manager returns, with the worker's signature
-(:class:`verl.workers.actor_rollout_ref.ActorRolloutRefWorker.init_model`). Nothing is built through a side
-constructor.
+(:class:`verl.workers.actor_rollout_ref.ActorRolloutRefWorker.init_model`): the role's validated options
+(:func:`verl.config.role_options`) as ``options=``, through :func:`build_training_engine`,
+:func:`build_rollout_engine` and :func:`build_checkpoint_engine`. Nothing is built through a side constructor.
 """
 
 from __future__ import annotations
@@ -93,3 +94,45 @@ def plugin_spec(kind: str, name: str) -> Any:
         return get_plugin_manager().get(kind, name)
     except PluginError as exc:
         pytest.fail(f"no {kind} {name!r} from the plugin manager: {exc}", pytrace=False)
+
+
+def build_training_engine(
+    spec: Any,
+    cfg: Any,
+    *,
+    model: Any,
+    role: str = "actor",
+    device: Any = "cpu",
+    world_size: int = 1,
+    total_training_steps: int = 1,
+) -> Any:
+    """``spec.factory`` called as the worker calls it for ``role`` (``actor``, ``ref`` or ``critic``), with
+    ``options=verl.config.role_options(cfg, role, spec)``."""
+    from verl.config import role_options
+
+    return spec.factory(
+        cfg,
+        role=role,
+        model=model,
+        options=role_options(cfg, role, spec),
+        device=device,
+        world_size=world_size,
+        total_training_steps=total_training_steps,
+    )
+
+
+def build_rollout_engine(spec: Any, cfg: Any, *, model: Any, tokenizer: Any, device: Any = "cpu") -> Any:
+    """``spec.factory`` called as the worker builds the rollout, with ``options=role_options(cfg, "rollout", spec)``."""
+    from verl.config import role_options
+
+    return spec.factory(
+        cfg, model=model, tokenizer=tokenizer, options=role_options(cfg, "rollout", spec), device=device
+    )
+
+
+def build_checkpoint_engine(spec: Any, cfg: Any, *, platform: Any = None) -> Any:
+    """``spec.factory`` called as the worker builds the weight sync, with
+    ``options=role_options(cfg, "checkpoint", spec)`` (``platform``: None = the factory's default, cpu)."""
+    from verl.config import role_options
+
+    return spec.factory(cfg, options=role_options(cfg, "checkpoint", spec), platform=platform)

@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 import torch
 
-from verl.testing.conformance.build import engine_overrides, load_kit_config, plugin_spec
+from verl.testing.conformance.build import (
+    build_checkpoint_engine,
+    build_rollout_engine,
+    build_training_engine,
+    engine_overrides,
+    load_kit_config,
+    plugin_spec,
+)
 from verl.testing.conformance.inputs import (
     CONFORMANCE_PROMPTS,
     make_prompt_batch,
@@ -72,7 +79,8 @@ class CheckpointEngineTests:
             backend = "my_sync"             # actor_rollout_ref.rollout.checkpoint_engine.backend
 
     Built as the worker builds them, from one config (:func:`checkpoint_overrides` + ``engine_kwargs`` +
-    ``config_overrides``): the engine with ``spec.factory(cfg)``; the trainer with core's ``reference``
+    ``config_overrides``): the engine with ``spec.factory(cfg, options=role_options(cfg, "checkpoint", spec), platform=None)``
+    (:func:`~verl.testing.conformance.build.build_checkpoint_engine`); the trainer with core's ``reference``
     training spec (``role="actor"``, CPU) and its weights perturbed (``perturb_weights``, seeded) so that
     they differ from the checkpoint; the receiver with core's ``hf`` rollout spec from the checkpoint folder
     (its own copy of the weights, so nothing is shared).
@@ -194,24 +202,22 @@ class CheckpointEngineTests:
     def _skip_group_mode_without_init_group(self, request: pytest.FixtureRequest, engine_spec: Any) -> None:
         callspec = getattr(request.node, "callspec", None)
         if callspec is not None and callspec.params.get("mode") == "group":
-            engine = engine_spec.factory(request.getfixturevalue("make_config")())
+            engine = build_checkpoint_engine(engine_spec, request.getfixturevalue("make_config")())
             if not callable(getattr(engine, "init_group", None)):
                 pytest.skip(f"{self.backend}: no init_group, so there is no sync group to test (in_process only)")
 
     @pytest.fixture
     def trainer(self, make_config: Callable, model_path: Path) -> Any:
         cfg = make_config()
-        engine = plugin_spec("training_engine", "reference").factory(
-            cfg, role="actor", model=model_path, total_training_steps=1, device="cpu", world_size=1
-        )
+        engine = build_training_engine(plugin_spec("training_engine", "reference"), cfg, model=model_path)
         self._perturb(engine, seed=0)
         return engine
 
     @pytest.fixture
     def make_receiver(self, make_config: Callable, tokenizer: Any) -> Callable[[Any], Any]:
         def make(model: Any) -> Any:
-            return plugin_spec("rollout_engine", "hf").factory(
-                make_config(), model=model, tokenizer=tokenizer, device="cpu"
+            return build_rollout_engine(
+                plugin_spec("rollout_engine", "hf"), make_config(), model=model, tokenizer=tokenizer, device="cpu"
             )
 
         return make
@@ -231,8 +237,8 @@ class CheckpointEngineTests:
         spec = plugin_spec("checkpoint_engine", self.backend)
         cfg = make_config(extra_kwargs)
         if mode == "in_process":
-            return {"receiver": spec.factory(cfg).sync(trainer, rollout), "sender": None}
-        sender, receiver = spec.factory(cfg), spec.factory(cfg)
+            return {"receiver": build_checkpoint_engine(spec, cfg).sync(trainer, rollout), "sender": None}
+        sender, receiver = build_checkpoint_engine(spec, cfg), build_checkpoint_engine(spec, cfg)
         from verl.engines.weight_sync import free_port
 
         port = free_port()
@@ -266,7 +272,7 @@ class CheckpointEngineTests:
     def test_implements_checkpoint_engine_protocol(self, engine_spec: Any, make_config: Callable) -> None:
         from verl.engines.base import CheckpointEngine
 
-        engine = engine_spec.factory(make_config())
+        engine = build_checkpoint_engine(engine_spec, make_config())
         assert isinstance(engine, CheckpointEngine), f"{type(engine).__name__} has no sync(trainer, rollout)"
 
     @pytest.mark.parametrize("mode", MODES)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from verl.testing.conformance.build import plugin_spec
+from verl.testing.conformance.build import build_training_engine, plugin_spec
 
 _WORKER = Path(__file__).with_name("platform_worker.py")
 # Run by path without putting this folder first on sys.path (its platform.py would shadow the stdlib's), and
@@ -311,7 +311,7 @@ class PlatformTests:
         outs = {}
         for where in ("cpu", "device"):
             device = torch.device("cpu") if where == "cpu" else platform.torch_device()
-            engine = spec.factory(cfg, role="actor", model=model, total_training_steps=1, device=device, world_size=1)
+            engine = build_training_engine(spec, cfg, model=model, device=device)
             moved = data.to(device) if device.type != "cpu" else data
             out = engine.compute_log_prob(moved, calculate_entropy=True)
             outs[where] = {k: out.batch[k].cpu() for k in ("old_log_probs", "entropys")}

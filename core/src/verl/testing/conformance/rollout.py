@@ -14,7 +14,12 @@ import pytest
 import torch
 
 from verl.engines.base import RolloutEngine, wake_up_tagged
-from verl.testing.conformance.build import engine_overrides, load_kit_config, plugin_spec
+from verl.testing.conformance.build import (
+    build_rollout_engine,
+    engine_overrides,
+    load_kit_config,
+    plugin_spec,
+)
 from verl.testing.conformance.checks import (
     LOG_PROB_KEY,
     check_eos_stops,
@@ -119,7 +124,7 @@ class RolloutEngineTests:
                 return 5e-2  # bf16 logits
 
     The engine is built as the worker builds it: ``spec.factory(cfg, model=model_path, tokenizer=tokenizer,
-    device=device)``, with ``spec = get_plugin_manager().get("rollout_engine", rollout_name)`` and ``cfg`` from
+    options=role_options(cfg, "rollout", spec), device=device)``, with ``spec = get_plugin_manager().get("rollout_engine", rollout_name)`` and ``cfg`` from
     :func:`verl.config.load_config` of :func:`rollout_overrides` + ``engine_kwargs`` + ``config_overrides``, so
     the plugin's options and ``check_config`` run exactly as at config load. The engine is built once per
     class, so the fixtures it is built from must keep scope ``"class"`` or wider (pytest reports a
@@ -279,7 +284,7 @@ class RolloutEngineTests:
     @pytest.fixture(scope="class")
     @classmethod
     def rollout_engine(cls, rollout_spec: Any, config: Any, model_path: Any, tokenizer: Any, device: Any) -> Any:
-        engine = rollout_spec.factory(config, model=model_path, tokenizer=tokenizer, device=device)
+        engine = build_rollout_engine(rollout_spec, config, model=model_path, tokenizer=tokenizer, device=device)
         yield engine
         close = getattr(engine, "close", None)
         if callable(close):

@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 import torch
 
-from verl.testing.conformance.build import engine_overrides, load_kit_config, plugin_spec
+from verl.testing.conformance.build import (
+    build_training_engine,
+    engine_overrides,
+    load_kit_config,
+    plugin_spec,
+)
 from verl.testing.conformance.checks import check_log_probs_close
 from verl.testing.conformance.inputs import make_training_batch, save_conformance_model
 
@@ -143,7 +148,7 @@ class TrainingEngineTests:
                 return {"model_dtype": "float32"}
 
     Both engines are built as the worker builds the actor: ``spec.factory(cfg, role="actor", model=<HF folder>,
-    total_training_steps=4, device=<device>, world_size=1)`` with ``spec`` from the plugin manager and ``cfg``
+    options=role_options(cfg, "actor", spec), total_training_steps=4, device=<device>, world_size=1)`` with ``spec`` from the plugin manager and ``cfg``
     from :func:`verl.config.load_config` of :func:`training_overrides` + ``engine_kwargs`` + ``config_overrides``
     (so the options are validated as at config load). A distributed engine needs a process group: start a
     world-1 group in a fixture (see ``plugins/verl-fsdp/tests/test_fsdp_conformance.py``).
@@ -273,9 +278,7 @@ class TrainingEngineTests:
                     *overrides,
                 ]
             )
-            return engine_spec.factory(
-                cfg, role="actor", model=model_path, total_training_steps=4, device=device, world_size=1
-            )
+            return build_training_engine(engine_spec, cfg, model=model_path, total_training_steps=4, device=device)
 
         return make
 
@@ -287,7 +290,7 @@ class TrainingEngineTests:
 
         def make(overrides: Iterable[str] = ()) -> Any:
             cfg = reference_config(model_path, overrides)
-            return spec.factory(cfg, role="actor", model=model_path, total_training_steps=4, device="cpu", world_size=1)
+            return build_training_engine(spec, cfg, model=model_path, total_training_steps=4, device="cpu")
 
         return make
 
