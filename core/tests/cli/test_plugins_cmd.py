@@ -16,7 +16,7 @@ ENGINES = """
 from verl.plugins import hookimpl
 from verl.plugins.specs import RolloutEngineSpec, TrainingEngineSpec
 
-VERL_PLUGIN_API = (1, 0)
+VERL_PLUGIN_API = (2, 0)
 
 def _make(*args, **kwargs):
     raise AssertionError("verl plugins must not build engines")
@@ -62,13 +62,13 @@ def test_text_report_lists_plugins_specs_and_usability(site, capsys):
     site("verl-engines", "2.1", "engines", "cli_engines_plugin", ENGINES)
     rc, out = _run(capsys)
     assert rc == 0
-    assert "verl plugins: entry-point group 'verl.plugins', plugin API 1.0, VERL_PLUGINS unset (all plugins)" in out
+    assert "verl plugins: entry-point group 'verl.plugins', plugin API 2.0, VERL_PLUGINS unset (all plugins)" in out
     lines = out.splitlines()
     builtin_row = next(line for line in lines if line.startswith("builtin "))
-    assert builtin_row.split()[:5] == ["builtin", "verl-core", "0.1.0", "verl.plugins.builtin", "1.0"]
+    assert builtin_row.split()[:5] == ["builtin", "verl-core", "0.1.0", "verl.plugins.builtin", "2.0"]
     assert "platform: cpu, cuda" in builtin_row
     engines_row = next(line for line in lines if line.startswith("engines "))
-    assert engines_row.split()[:5] == ["engines", "verl-engines", "2.1", "cli_engines_plugin", "1.0"]
+    assert engines_row.split()[:5] == ["engines", "verl-engines", "2.1", "cli_engines_plugin", "2.0"]
     assert "training_engine: anywhere; rollout_engine: gpu_only" in engines_row
     cpu_row = next(line for line in lines if line.strip().startswith("cpu "))
     assert cpu_row.split()[:4] == ["cpu", "builtin", "verl-core", "yes"]
@@ -99,7 +99,7 @@ def test_json_report(site, capsys):
     rc, out = _run(capsys, "--json")
     assert rc == 1
     report = json.loads(out)
-    assert report["api_version"] == [1, 0] and report["allow_list"] is None
+    assert report["api_version"] == [2, 0] and report["allow_list"] is None
     by_name = {p["name"]: p for p in report["plugins"]}
     assert by_name["builtin"]["distribution"] == "verl-core"
     assert by_name["builtin"]["provides"]["platform"] == ["cpu", "cuda", "rocm"]
@@ -108,7 +108,7 @@ def test_json_report(site, capsys):
         "distribution": "verl-engines",
         "version": "2.1",
         "module": "cli_engines_json_plugin",
-        "api_version": [1, 0],
+        "api_version": [2, 0],
         "provides": {"training_engine": ["anywhere"], "rollout_engine": ["gpu_only"]},
     }
     (training,) = [row for row in report["specs"]["training_engine"] if row["plugin"] == "engines"]
@@ -145,7 +145,7 @@ MISSING_DEPENDENCY = """
 from verl.plugins import hookimpl
 from verl.plugins.specs import RolloutEngineSpec
 
-VERL_PLUGIN_API = (1, 0)
+VERL_PLUGIN_API = (2, 0)
 
 def _make(*args, **kwargs):
     raise AssertionError("verl plugins must not build engines")

@@ -13,7 +13,7 @@ FOO = """
 from verl.plugins import hookimpl
 from verl.plugins.specs import RolloutEngineSpec
 
-VERL_PLUGIN_API = (1, 0)
+VERL_PLUGIN_API = (2, 0)
 
 
 def _make(*args, **kwargs):

@@ -18,7 +18,7 @@ from verl.algorithms import register_adv_est, register_policy_loss
 from verl.plugins import hookimpl
 from verl.plugins.specs import AdvantageEstimatorSpec, PolicyLossSpec
 
-VERL_PLUGIN_API = (1, 0)
+VERL_PLUGIN_API = (2, 0)
 
 @register_adv_est("decorated_est")
 def decorated_est(**kwargs):
@@ -52,7 +52,7 @@ from verl.algorithms import register_adv_est
 from verl.plugins import hookimpl
 from verl.plugins.specs import AdvantageEstimatorSpec
 
-VERL_PLUGIN_API = (1, 0)
+VERL_PLUGIN_API = (2, 0)
 
 @register_adv_est("decorated_est")
 def decorated_est(**kwargs):

@@ -20,7 +20,7 @@ GOOD = """
 from verl.plugins import hookimpl
 from verl.plugins.specs import RolloutEngineSpec
 
-VERL_PLUGIN_API = (1, 0)
+VERL_PLUGIN_API = (2, 0)
 
 def _make(*args, **kwargs):
     raise AssertionError("factories must not run during discovery")
@@ -43,7 +43,7 @@ def test_installed_plugin_is_found_with_its_distribution(fake_dist):
         "verl-foo",
         "1.2.3",
         "foo_plugin",
-        (1, 0),
+        (2, 0),
     )
     assert foo.plugin is sys.modules["foo_plugin"]
     assert pm.provides(foo) == {"rollout_engine": ("foo",)}
@@ -95,12 +95,12 @@ def test_any_exception_at_import_is_recorded(fake_dist):
 
 
 def test_api_mismatch_on_disk_is_refused_and_reported(fake_dist):
-    source = GOOD.format(name="old").replace("VERL_PLUGIN_API = (1, 0)", "VERL_PLUGIN_API = (0, 3)")
+    source = GOOD.format(name="old").replace("VERL_PLUGIN_API = (2, 0)", "VERL_PLUGIN_API = (0, 3)")
     fake_dist("verl-old", "0.0.9", entry_points={"old": "old_plugin"}, modules={"old_plugin": source})
     pm = PluginManager()
     (failure,) = pm.failures
     assert failure.stage == "api_version"
-    assert "built for verl plugin API 0.3, but this verl-core serves API 1.0" in failure.error
+    assert "built for verl plugin API 0.3, but this verl-core serves API 2.0" in failure.error
     assert failure.error.startswith("IncompatiblePluginError")
     with pytest.raises(UnknownPluginError, match=r"verl-old 0.0.9 .*\[api_version\]"):
         pm.get("rollout_engine", "old")

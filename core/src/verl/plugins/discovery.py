@@ -24,7 +24,17 @@ ENV_ALLOW_LIST = "VERL_PLUGINS"
 #: The plugin API this verl-core serves: ``(major, minor)``. A plugin declaring
 #: ``VERL_PLUGIN_API = (major, minor)`` is accepted when the majors are equal and its minor is
 #: not newer than core's.
-PLUGIN_API_VERSION: tuple[int, int] = (1, 0)
+PLUGIN_API_VERSION: tuple[int, int] = (2, 0)
+
+#: What a plugin built for an older major must change, by the major that changed it (shown when one is refused).
+API_CHANGES: dict[int, str] = {
+    2: (
+        "engine factories take a required keyword 'options', the backend's options validated at config load "
+        "(verl.config.role_options; an options_cls instance or None), and no longer read engine_kwargs "
+        "themselves; checkpoint factories are factory(config, *, options, platform) "
+        "(verl.plugins.factories, docs/plugin-authors.md)"
+    ),
+}
 
 BUILTIN_MODULE = "verl.plugins.builtin"
 CORE_DISTRIBUTION = "verl-core"
@@ -128,10 +138,11 @@ def check_api_version(declared: object, info: PluginInfo) -> tuple[int, int] | N
         )
     major, minor = declared
     if major != core_major:
+        changed = [f"API {m}.0: {API_CHANGES[m]}" for m in sorted(API_CHANGES) if major < m <= core_major]
         raise IncompatiblePluginError(
             f"plugin {info.describe()} was built for verl plugin API {major}.{minor}, but this verl-core serves "
             f"API {core}: install a release of {info.distribution or 'the plugin'} built for API {core_major}.x, "
-            f"or a verl-core serving API {major}.x"
+            f"or a verl-core serving API {major}.x" + (f" (what changed: {'; '.join(changed)})" if changed else "")
         )
     if minor > core_minor:
         raise IncompatiblePluginError(

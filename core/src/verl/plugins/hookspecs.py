@@ -13,7 +13,7 @@ lazily (on the first plugin lookup in a process, never at ``import verl``) and c
 * The entry module imports only ``verl`` and the standard library. Import heavy backends
   (vllm, torch_npu, megatron, ...) inside factories and probes, so listing plugins and
   selecting another backend never pays for, or breaks on, yours.
-* Declare the plugin API you were built against: ``VERL_PLUGIN_API = (1, 0)``. A plugin
+* Declare the plugin API you were built against: ``VERL_PLUGIN_API = (2, 0)``. A plugin
   whose major version differs from core's, or whose minor version is newer than core's, is
   refused and reported (``verl plugins``, and in the error of any lookup).
 * Names must be unique per kind across all installed plugins: two distributions providing
@@ -31,13 +31,14 @@ lazily (on the first plugin lookup in a process, never at ``import verl``) and c
     from verl.plugins import hookimpl
     from verl.plugins.specs import RolloutEngineSpec
 
-    VERL_PLUGIN_API = (1, 0)
+    VERL_PLUGIN_API = (2, 0)
 
 
-    def _make_engine(*args, **kwargs):
+    def _make_engine(config, *, model, tokenizer, options, device):
+        # verl.plugins.factories.RolloutEngineFactory; options: the validated engine_kwargs.vllm (a VllmOptions)
         from verl_vllm.engine import VllmRolloutEngine  # imports vllm: only when selected
 
-        return VllmRolloutEngine(*args, **kwargs)
+        return VllmRolloutEngine(model, tokenizer, config.actor_rollout_ref.rollout, options=options, device=device)
 
 
     @hookimpl
@@ -109,8 +110,11 @@ def verl_platforms() -> list[PlatformSpec]:
 def verl_training_engines() -> list[TrainingEngineSpec]:
     """Return the training engines this plugin provides.
 
-    Every result is collected. ``factory`` is called only for the engine chosen in config;
-    ``options_cls`` is validated at config load, so option typos fail before a model loads.
+    Every result is collected. ``factory`` is called only for the engine chosen in config, with the
+    signature of :class:`verl.plugins.factories.TrainingEngineFactory`; ``options_cls`` is validated at config
+    load, so option typos fail before a model loads, and the factory receives the role's validated instance
+    as ``options`` (:func:`verl.config.role_options`: the critic its own, the reference policy the actor's
+    overridden by its own).
 
     For plugin authors::
 
@@ -118,10 +122,11 @@ def verl_training_engines() -> list[TrainingEngineSpec]:
         def verl_training_engines():
             from verl_fsdp.options import FSDPOptions
 
-            def make(*args, **kwargs):
+            def make(config, *, role, model, options, device, world_size, total_training_steps=1):
                 from verl_fsdp.engine import FSDPEngine
 
-                return FSDPEngine(*args, **kwargs)
+                return FSDPEngine(config, role=role, model=model, options=options, device=device,
+                                  world_size=world_size, total_training_steps=total_training_steps)
 
             return [TrainingEngineSpec(name="fsdp", factory=make, options_cls=FSDPOptions,
                                        devices=("cpu", "cuda", "npu"), capabilities={"offload"})]
@@ -132,8 +137,8 @@ def verl_training_engines() -> list[TrainingEngineSpec]:
 def verl_rollout_engines() -> list[RolloutEngineSpec]:
     """Return the rollout (generation) engines this plugin provides.
 
-    Every result is collected. ``factory`` is called only for ``actor_rollout_ref.rollout.name``;
-    the module docstring has the complete vLLM plugin.
+    Every result is collected. ``factory`` (:class:`verl.plugins.factories.RolloutEngineFactory`) is called
+    only for ``actor_rollout_ref.rollout.name``; the module docstring has the complete vLLM plugin.
 
     For plugin authors::
 
@@ -147,16 +152,17 @@ def verl_rollout_engines() -> list[RolloutEngineSpec]:
 def verl_checkpoint_engines() -> list[CheckpointEngineSpec]:
     """Return the weight-sync (trainer -> rollout) engines this plugin provides.
 
-    Every result is collected.
+    Every result is collected. ``factory`` is a :class:`verl.plugins.factories.CheckpointEngineFactory`:
+    ``factory(config, *, options, platform)``.
 
     For plugin authors::
 
         @hookimpl
         def verl_checkpoint_engines():
-            def make(*args, **kwargs):
+            def make(config, *, options, platform):
                 from verl_vllm.weight_receiver import NcclWeightSync
 
-                return NcclWeightSync(*args, **kwargs)
+                return NcclWeightSync(config.actor_rollout_ref.rollout.checkpoint_engine, platform, options=options)
 
             return [CheckpointEngineSpec(name="vllm_nccl", factory=make, devices=("cuda",))]
     """

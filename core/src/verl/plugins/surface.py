@@ -11,6 +11,10 @@ The rules that come with the list:
 * Removing a name, or changing its signature or behaviour incompatibly, bumps the major version.
 * Adding a name (or a keyword argument with a default) bumps the minor version; a plugin that needs it
   declares the new minor, and an older core refuses it with "upgrade verl-core".
+* 2.0: engine factories receive the validated options. A factory takes the required keyword ``options`` (the
+  role's ``engine_kwargs.<name>`` structured into the spec's ``options_cls`` at config load by
+  :func:`verl.config.role_options`, or None) and never reads ``engine_kwargs`` itself; the signatures are the
+  Protocols of :mod:`verl.plugins.factories`. A 1.x plugin is refused with what changed.
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import importlib
 
-#: ``{module: (names, ...)}`` that plugins may import under plugin API 1.x. ``"*"`` means the module itself
+#: ``{module: (names, ...)}`` that plugins may import under plugin API 2.x. ``"*"`` means the module itself
 #: (``import verl.protocol``).
 PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     # Registration: the hook marker, the spec records and the API version to declare.
@@ -43,6 +47,15 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
         "UnknownPluginError",
     ),
     "verl.plugins.hookspecs": ("hookimpl",),
+    # The factory signatures (2.0): what the specs' factory callables are called with.
+    "verl.plugins.factories": (
+        "TrainingEngineFactory",
+        "RolloutEngineFactory",
+        "CheckpointEngineFactory",
+        "PlatformFactory",
+    ),
+    # A factory's options as the worker builds them (tests call the factory the same way).
+    "verl.config": ("ConfigError", "load_config", "role_options"),
     "verl.plugins.discovery": ("PLUGIN_API_VERSION",),
     "verl.plugins.specs": (
         "PlatformSpec",

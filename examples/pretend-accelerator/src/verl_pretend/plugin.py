@@ -10,7 +10,7 @@ from __future__ import annotations
 from verl.plugins import hookimpl
 from verl.plugins.specs import PlatformSpec
 
-VERL_PLUGIN_API = (1, 0)
+VERL_PLUGIN_API = (2, 0)
 
 
 def _probe():
