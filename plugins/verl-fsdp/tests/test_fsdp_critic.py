@@ -61,3 +61,32 @@ def test_fsdp_critic_matches_the_reference_critic(monkeypatch, scenarios, tmp_pa
     w_got = dict(fsdp.iter_weights())
     for name, tensor in ref.iter_weights():
         assert torch.allclose(w_got[name], tensor, atol=1e-5, rtol=0), name
+
+
+def test_reference_and_fsdp_critics_get_the_same_options_from_the_same_keys(monkeypatch, tmp_path):
+    """One rule (verl.config.role_options) for both engines: the critic takes critic.model.fsdp_config only, never
+    the actor's fsdp_config (before, the reference critic inherited the actor's and the fsdp one did not)."""
+    from verl_fsdp.options import FSDPEngineOptions
+
+    from verl.engines.reference.builders import ReferenceEngineOptions
+    from verl.testing.conformance import build_training_engine
+
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    path = save_tiny_model(tmp_path / "tiny", num_layers=1, hidden_size=32)
+    verl_keys = [
+        f"actor_rollout_ref.model.path={path}",
+        "algorithm.adv_estimator=gae",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true",  # the actor's: must not reach the critic
+        "critic.model.fsdp_config.optimizer_offload=true",  # the critic's own
+    ]
+    pm = get_plugin_manager()
+    flags = {}
+    for strategy, options_cls in (("reference", ReferenceEngineOptions), ("fsdp", FSDPEngineOptions)):
+        cfg = load_config(overrides=[*verl_keys, f"actor_rollout_ref.actor.strategy={strategy}"])
+        spec = pm.get("training_engine", strategy)
+        assert role_options(cfg, "critic", spec) == options_cls(optimizer_offload=True)
+        assert role_options(cfg, "actor", spec) == options_cls(param_offload=True)
+        critic = build_training_engine(spec, cfg, role="critic", model=str(path))
+        flags[strategy] = (critic.param_offload, critic.optimizer_offload)
+    assert flags == {"reference": (False, True), "fsdp": (False, True)}
