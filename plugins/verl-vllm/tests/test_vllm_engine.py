@@ -32,17 +32,21 @@ def tokenizer(model_path):
     return load_tokenizer(model_path)
 
 
+#: The engine's validated engine_kwargs.vllm (what config load hands the factory); built here directly.
+OPTIONS = {"max_model_len": 256, "max_num_batched_tokens": 256}
+
+
 @pytest.fixture(scope="module")
 def config():
-    vllm = {"max_model_len": 256, "max_num_batched_tokens": 256}
-    return make_rollout_config(n=1, dtype="float32", engine_kwargs={"vllm": vllm})
+    return make_rollout_config(n=1, dtype="float32")
 
 
 @pytest.fixture(scope="module")
 def engine(model_path, tokenizer, config):
     from verl_vllm.engine import VLLMRolloutEngine
+    from verl_vllm.options import VLLMRolloutOptions
 
-    eng = VLLMRolloutEngine(model_path, tokenizer, config, device=DEVICE)
+    eng = VLLMRolloutEngine(model_path, tokenizer, config, device=DEVICE, options=VLLMRolloutOptions(**OPTIONS))
     yield eng
     eng.close()
 
@@ -181,7 +185,8 @@ def test_sleep_is_a_no_op_on_cpu(engine, tokenizer):
 
 def test_prompt_plus_response_longer_than_max_model_len(model_path, tokenizer):
     from verl_vllm.engine import ModelTooLongError, VLLMRolloutEngine
+    from verl_vllm.options import VLLMRolloutOptions
 
-    config = make_rollout_config(prompt_length=200, response_length=100, engine_kwargs={"vllm": {"max_model_len": 256}})
+    config = make_rollout_config(prompt_length=200, response_length=100)
     with pytest.raises(ModelTooLongError, match=r"\(200\) \+ rollout.response_length \(100\) = 300 tokens exceeds"):
-        VLLMRolloutEngine(model_path, tokenizer, config, device=DEVICE)
+        VLLMRolloutEngine(model_path, tokenizer, config, device=DEVICE, options=VLLMRolloutOptions(max_model_len=256))

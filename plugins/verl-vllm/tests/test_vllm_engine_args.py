@@ -125,16 +125,15 @@ def test_engine_passes_them_to_vllm(tmp_path):
         dtype="float32",
         do_sample=False,
         response_length=4,
-        engine_kwargs={
-            "vllm": {
-                "kv_cache_dtype": "fp8",
-                "async_scheduling": False,
-                "additional_config": {"verl_test_marker": 7},
-                "compilation_config": {"custom_ops": ["+rms_norm"]},
-            }
-        },
     )
-    engine = VLLMRolloutEngine(path, tok, config, device=DEVICE)
+    # The validated engine_kwargs.vllm, as the factory passes them.
+    options = VLLMRolloutOptions(
+        kv_cache_dtype="fp8",
+        async_scheduling=False,
+        additional_config={"verl_test_marker": 7},
+        compilation_config={"custom_ops": ["+rms_norm"]},
+    )
+    engine = VLLMRolloutEngine(path, tok, config, device=DEVICE, options=options)
     try:
         vcfg = engine.llm.llm_engine.vllm_config
         assert vcfg.cache_config.cache_dtype == "fp8"

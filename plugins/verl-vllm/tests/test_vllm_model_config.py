@@ -38,8 +38,14 @@ def tokenizer(model_path):
 
 
 def _rollout(**kw):
-    vllm = {"max_model_len": 256, "max_num_batched_tokens": 256}
-    return make_rollout_config(n=1, dtype="float32", engine_kwargs={"vllm": vllm}, **kw)
+    return make_rollout_config(n=1, dtype="float32", **kw)
+
+
+def _options():
+    """The validated ``engine_kwargs.vllm`` the factory gets (built here directly: the root is a stand-in)."""
+    from verl_vllm.options import VLLMRolloutOptions
+
+    return VLLMRolloutOptions(max_model_len=256, max_num_batched_tokens=256)
 
 
 def _root(rollout, model: ModelConfig) -> SimpleNamespace:
@@ -85,7 +91,9 @@ def test_vllm_runs_the_overridden_model(model_path, tokenizer):
 
     model = ModelConfig(path=str(model_path), override_config=OVERRIDE, trust_remote_code=True)
     rollout = _rollout()
-    engine = build_vllm_rollout_engine(_root(rollout, model), model=model_path, tokenizer=tokenizer, device=DEVICE)
+    engine = build_vllm_rollout_engine(
+        _root(rollout, model), model=model_path, tokenizer=tokenizer, options=_options(), device=DEVICE
+    )
     try:
         vllm_model = engine.llm.llm_engine.vllm_config.model_config
         assert vllm_model.hf_config.rms_norm_eps == 0.25

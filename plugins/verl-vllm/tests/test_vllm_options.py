@@ -113,10 +113,10 @@ def test_missing_vllm_from_the_engine_and_the_factory(monkeypatch, tmp_path):
         VLLMRolloutEngine(tmp_path, None, SimpleNamespace(), device="cpu")
     config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace()))
     with pytest.raises(VLLMNotInstalledError, match=r"pip install '\./plugins/verl-vllm\[cuda\]'"):
-        build_vllm_rollout_engine(config, model=tmp_path, device="cuda:0")
+        build_vllm_rollout_engine(config, model=tmp_path, options=None, device="cuda:0")
     # The device is checked before the install.
     with pytest.raises(UnsupportedDeviceError):
-        build_vllm_rollout_engine(config, model=tmp_path, device="mps")
+        build_vllm_rollout_engine(config, model=tmp_path, options=None, device="mps")
 
 
 def test_live_module_is_refused():

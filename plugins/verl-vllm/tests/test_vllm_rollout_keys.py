@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from verl_vllm.options import VLLMRolloutOptions
 from verl_vllm.rollout_keys import (
     check_vllm_rollout_config,
     device_problems,
@@ -35,19 +36,22 @@ def _rollout(**kw):
 
 
 def test_rollout_keys_override_the_option_defaults_and_null_keeps_engine_kwargs() -> None:
-    opts = options_from_rollout(
-        _rollout(gpu_memory_utilization=0.7, max_num_seqs=3, engine_kwargs={"vllm": {"max_num_batched_tokens": 512}})
-    )
+    # The validated engine_kwargs.vllm come in as the options instance; the rollout keys lie over it.
+    given = VLLMRolloutOptions(max_num_batched_tokens=512, max_num_seqs=8)
+    opts = options_from_rollout(_rollout(gpu_memory_utilization=0.7, max_num_seqs=3), given)
     assert (opts.gpu_memory_utilization, opts.max_num_seqs, opts.max_num_batched_tokens) == (0.7, 3, 512)
     assert options_from_rollout(_rollout()).max_num_seqs == 256  # VLLMRolloutOptions' default
+    # The engine never reads the section's engine_kwargs (config load validated them into `given`).
+    ignored = _rollout(engine_kwargs={"vllm": {"max_num_seqs": 5}})
+    assert options_from_rollout(ignored, given).max_num_seqs == 8
+    with pytest.raises(TypeError, match="options must be a VLLMRolloutOptions"):
+        options_from_rollout(_rollout(), {"max_num_seqs": 5})
 
 
 def test_same_key_both_ways_is_refused_naming_both() -> None:
     rollout = _rollout(enforce_eager=True, engine_kwargs={"vllm": {"enforce_eager": False}})
-    [(key, message)] = check_vllm_rollout_config(rollout)
+    [(key, message)] = check_vllm_rollout_config(rollout)  # the spec's check_config, run at config load
     assert key == f"{R}.enforce_eager" and f"{R}.engine_kwargs.vllm.enforce_eager" in message
-    with pytest.raises(ValueError, match="engine_kwargs.vllm.enforce_eager"):
-        options_from_rollout(rollout)
 
 
 def test_load_format_and_device_rules() -> None:

@@ -20,8 +20,7 @@ PROMPTS = ("What is 2+3?", "hi", "Count: 1 2 3", "a longer prompt with some word
 def rollout_config(tp: int):
     from verl.testing.conformance import make_rollout_config
 
-    vllm = {"max_model_len": 256, "max_num_batched_tokens": 256}
-    cfg = make_rollout_config(n=1, dtype="float32", engine_kwargs={"vllm": vllm})
+    cfg = make_rollout_config(n=1, dtype="float32")
     cfg.tensor_model_parallel_size = tp
     return cfg
 
@@ -64,7 +63,11 @@ def run(out: Path, model_dir: Path, tp: int) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     tokenizer = load_tokenizer(model_dir)
-    engine = VLLMRolloutEngine(model_dir, tokenizer, rollout_config(tp), device="cpu")
+    from verl_vllm.options import VLLMRolloutOptions
+
+    # The validated engine_kwargs.vllm, as the factory passes them.
+    options = VLLMRolloutOptions(max_model_len=256, max_num_batched_tokens=256)
+    engine = VLLMRolloutEngine(model_dir, tokenizer, rollout_config(tp), device="cpu", options=options)
     res = {"layout": engine.weight_layout().describe(), "before": outputs(engine, tokenizer)}
     # The hybrid sync: FSDP-style shards, resharded into whole tensors per rank, streamed into vLLM. The tied
     # model's state dict holds lm_head.weight and embed_tokens.weight as one tensor: only the first is sent.
