@@ -41,6 +41,7 @@ from verl.testing.conformance.checks import (
     eos_token_ids,
     expected_position_ids,
 )
+from verl.testing.conformance.fixtures import KitFixtures
 from verl.testing.conformance.inputs import (
     CONFORMANCE_PROMPTS,
     SECONDARY_EOS_CHARS,
@@ -55,6 +56,7 @@ from verl.testing.conformance.rollout import RolloutEngineTests, rollout_overrid
 from verl.testing.conformance.training import TrainingEngineTests, reference_config, training_overrides
 
 __all__ = [
+    "KitFixtures",
     "CONFORMANCE_PROMPTS",
     "SECONDARY_EOS_CHARS",
     "CheckpointEngineTests",

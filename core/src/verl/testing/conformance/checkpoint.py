@@ -24,6 +24,7 @@ from verl.testing.conformance.build import (
     load_kit_config,
     plugin_spec,
 )
+from verl.testing.conformance.fixtures import KitFixtures
 from verl.testing.conformance.inputs import (
     CONFORMANCE_PROMPTS,
     make_prompt_batch,
@@ -67,7 +68,7 @@ def _sizes(trainer: Any) -> list[int]:
     return [t.numel() * t.element_size() for _, t in trainer.iter_weights()]
 
 
-class CheckpointEngineTests:
+class CheckpointEngineTests(KitFixtures):
     """Conformance tests for a :class:`verl.engines.base.CheckpointEngine`; subclass it in a ``Test*`` class.
 
     Usage (a plugin's ``tests/test_conformance.py``)::
@@ -136,21 +137,6 @@ class CheckpointEngineTests:
     backend: str = ""
 
     # ------------------------------------------------------------------ fixtures
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def engine_kwargs(cls) -> dict[str, Any]:
-        return {}
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def config_overrides(cls) -> list[str]:
-        return []
-
-    @pytest.fixture(scope="module")
-    @classmethod
-    def model_path(cls, tmp_path_factory: pytest.TempPathFactory) -> Path:
-        return save_conformance_model(tmp_path_factory.mktemp("checkpoint_conformance") / "model")
 
     @pytest.fixture(scope="class")
     @classmethod

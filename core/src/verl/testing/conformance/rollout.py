@@ -27,11 +27,11 @@ from verl.testing.conformance.checks import (
     check_output_layout,
     eos_token_ids,
 )
+from verl.testing.conformance.fixtures import KitFixtures
 from verl.testing.conformance.inputs import (
     CONFORMANCE_PROMPTS,
     make_prompt_batch,
     perturb_weights,
-    save_conformance_model,
 )
 
 GREEDY = {"validate": True}
@@ -96,7 +96,7 @@ def rollout_overrides(model_path: Any, name: str) -> list[str]:
     ]
 
 
-class RolloutEngineTests:
+class RolloutEngineTests(KitFixtures):
     """Conformance tests for a :class:`verl.engines.base.RolloutEngine`; subclass it in a ``Test*`` class.
 
     Usage (a plugin's ``tests/test_conformance.py``)::
@@ -208,26 +208,6 @@ class RolloutEngineTests:
     rollout_name: str = ""
 
     # ------------------------------------------------------------------ fixtures a plugin overrides
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def engine_kwargs(cls) -> dict[str, Any]:
-        return {}
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def config_overrides(cls) -> list[str]:
-        return []
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def device(cls) -> torch.device:
-        return torch.device("cpu")
-
-    @pytest.fixture(scope="module")
-    @classmethod
-    def model_path(cls, tmp_path_factory: pytest.TempPathFactory) -> Any:
-        return save_conformance_model(tmp_path_factory.mktemp("rollout_conformance") / "model")
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -22,7 +22,8 @@ from verl.testing.conformance.build import (
     plugin_spec,
 )
 from verl.testing.conformance.checks import check_log_probs_close
-from verl.testing.conformance.inputs import make_training_batch, save_conformance_model
+from verl.testing.conformance.fixtures import KitFixtures
+from verl.testing.conformance.inputs import make_training_batch
 
 ROWS = 8  # rows of make_training_batch: one mini-batch
 
@@ -130,7 +131,7 @@ def hand_token_mean_update(model_path: Any, data: Any) -> tuple[float, float]:
     return pg_loss, float(torch.cat(grads).norm())
 
 
-class TrainingEngineTests:
+class TrainingEngineTests(KitFixtures):
     """Conformance tests for a :class:`verl.engines.base.TrainingEngine`; subclass it in a ``Test*`` class.
 
     Usage (a plugin's ``tests/test_conformance.py``)::
@@ -207,26 +208,6 @@ class TrainingEngineTests:
     strategy: str = ""
 
     # ------------------------------------------------------------------ fixtures a plugin overrides
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def engine_kwargs(cls) -> dict[str, Any]:
-        return {}
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def config_overrides(cls) -> list[str]:
-        return []
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def device(cls) -> torch.device:
-        return torch.device("cpu")
-
-    @pytest.fixture(scope="module")
-    @classmethod
-    def model_path(cls, tmp_path_factory: pytest.TempPathFactory) -> Path:
-        return save_conformance_model(tmp_path_factory.mktemp("training_conformance") / "model")
 
     @pytest.fixture(scope="class")
     @classmethod
