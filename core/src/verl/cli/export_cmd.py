@@ -14,6 +14,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from verl.plugins.discovery import PluginInfo
 
 HELP = "merge an actor checkpoint (any engine, any world size) into a HF model folder"
 
@@ -70,13 +74,31 @@ def export_checkpoint(
     source = Path(hf_source).expanduser() if hf_source else folder / "huggingface"
     if not (source / "config.json").is_file():
         raise ExportSetupError(f"no config.json in {source}; pass --hf-source <HF model folder>")
+    manager = get_plugin_manager()
     try:
-        spec = get_plugin_manager().get("training_engine", strategy)
+        spec = manager.get("training_engine", strategy)
     except ValueError as exc:
         raise ExportSetupError(str(exc)) from exc
     if spec.merge_checkpoint is None:
-        raise ExportSetupError(f"training engine {strategy!r} does not support verl export")
+        raise ExportSetupError(no_merge_message(strategy, manager.provider("training_engine", strategy)))
     return spec.merge_checkpoint(folder, source, Path(out).expanduser()), {"strategy": strategy, **info}
+
+
+def no_merge_message(strategy: str, plugin: PluginInfo) -> str:
+    """Why ``verl export`` refuses a checkpoint of engine ``strategy`` (provided by ``plugin``), and what to do.
+
+    The spec lacks ``merge_checkpoint``; ``verl train`` still writes the final actor of a run as a HF folder with
+    the engine's ``save_hf`` (``final_hf/``), the one HF copy such an engine gives today.
+    """
+    author = plugin.distribution or "the plugin"
+    return (
+        f"training engine {strategy!r} (plugin {plugin.describe()}) cannot export checkpoints: its "
+        "TrainingEngineSpec has no merge_checkpoint (merge_checkpoint(actor_folder, hf_source, out_folder) -> Path, "
+        "which turns an actor checkpoint of that engine into a HF folder in one process). `verl train` still "
+        "writes a run's final actor as a HF folder, <run dir>/final_hf/, with the engine's save_hf; "
+        f"to export this checkpoint, ask the authors of {author} to add merge_checkpoint to its TrainingEngineSpec "
+        "(docs/plugin-authors.md, Engines)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
