@@ -89,6 +89,7 @@ def test_note_on_config_errors_and_not_otherwise(tmp_path: Path, capsys) -> None
     assert "note: the overrides were applied over the built-in CPU run config" in err and "error:" in err
     for argv in (
         ["data.seed=3", "trainer.n_gpus_per_node=1"],  # fine over the CPU run config, nothing verl-like
+        ["trainer.device=cpu"],  # this product's devices, not a verl script's (a vendor name is refused later)
         ["--schema-defaults", "trainer.n_gpus_per_node=8"],
     ):
         main(["config", "show", *argv])

@@ -112,3 +112,20 @@ def test_the_only_accelerator_answering_yes_is_said_and_engines_are_held_to_its_
         "'odd' (supports: cpu, cuda, npu); choose a checkpoint engine that lists 'odd' in its devices, or a platform "
         "whose name or device type is one of cpu, cuda, npu (trainer.device)",
     ]
+
+
+@pytest.mark.skipif(bool(probe_cuda()), reason="needs a machine where the stand-in is the only accelerator")
+def test_cpu_named_while_an_accelerator_answers_yes_gets_a_note(tmp_path, capsys, monkeypatch):
+    """The built-in run config pins trainer.device=cpu: a user who installed a platform plugin is told how to use it."""
+    _install(monkeypatch, PlatformSpec(name="pretend", probe=lambda: True, factory=PretendPlatform))
+    rc, lines = _start(tmp_path, capsys)  # no trainer.device override: the run config's cpu
+    assert rc == 2
+    platform = next(i for i, line in enumerate(lines) if line.startswith("verl train: platform: cpu "))
+    assert "named by trainer.device" in lines[platform]
+    assert lines[platform + 1] == (
+        "verl train: note: trainer.device=cpu (the built-in run config's value, unless your config set it) although "
+        "pretend answer(s) yes here; to use it: trainer.device=pretend, or trainer.device=null to choose automatically"
+    )
+    # Naming the accelerator itself gets no note.
+    rc, lines = _start(tmp_path, capsys, "trainer.device=pretend")
+    assert not [line for line in lines if "note:" in line]

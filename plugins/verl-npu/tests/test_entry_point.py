@@ -28,6 +28,8 @@ def test_entry_point_names_the_plugin_module():
 def test_verl_plugins_lists_npu_with_the_probe_reason():
     from verl_npu.probe import probe_npu
 
+    from verl.plugins import PLUGIN_API_VERSION
+
     verl = Path(sys.executable).with_name("verl")
     cmd = (
         [str(verl)]
@@ -36,7 +38,8 @@ def test_verl_plugins_lists_npu_with_the_probe_reason():
     )
     out = subprocess.run([*cmd, "plugins"], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
-    assert re.search(r"^npu\s+verl-npu\s+0\.1\.0\s+verl_npu\.plugin\s+1\.0\s+platform: npu$", out.stdout, re.M), (
+    api = r"\.".join(map(str, PLUGIN_API_VERSION))  # the plugin declares the API core serves
+    assert re.search(rf"^npu\s+verl-npu\s+0\.1\.0\s+verl_npu\.plugin\s+{api}\s+platform: npu$", out.stdout, re.M), (
         out.stdout
     )
     answer = probe_npu()

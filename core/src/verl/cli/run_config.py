@@ -124,10 +124,16 @@ def load_run_config(
     return cfg, base
 
 
+#: ``trainer.device`` values verl's own scripts use (verl has no cpu trainer and no vendor platforms).
+VERL_SCRIPT_DEVICES = ("cuda", "npu")
+
+
 def verl_script_signs(overrides: Sequence[str]) -> list[str]:
     """The overrides that suggest a verl run script (written for verl's ``ppo_trainer`` defaults).
 
-    ``trainer.n_gpus_per_node`` or ``trainer.nnodes`` above 1, any ``trainer.device`` or ``trainer.total_epochs``,
+    ``trainer.n_gpus_per_node`` or ``trainer.nnodes`` above 1, ``trainer.device`` set to one of verl's own device
+    names (``cuda``, ``npu``; ``cpu`` or a vendor platform's name is this product's use, not a script's), any
+    ``trainer.total_epochs``,
     a ``rollout.name`` other than ``hf``; ``+``/``++`` prefixes are looked through. Unparsable ones are skipped
     (the loader reports them).
     """
@@ -143,7 +149,9 @@ def verl_script_signs(overrides: Sequence[str]) -> list[str]:
         key, value = override.key, override.value
         if key in ("trainer.n_gpus_per_node", "trainer.nnodes"):
             sign = isinstance(value, int) and not isinstance(value, bool) and value > 1
-        elif key in ("trainer.device", "trainer.total_epochs"):
+        elif key == "trainer.device":
+            sign = value in VERL_SCRIPT_DEVICES
+        elif key == "trainer.total_epochs":
             sign = True
         else:
             sign = key == "actor_rollout_ref.rollout.name" and value != "hf"

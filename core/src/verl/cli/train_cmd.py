@@ -163,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
     from verl.controller import WorkerError
     from verl.controller.errors import PlacementError
+    from verl.plugins import PluginError
     from verl.rewards.errors import RewardFunctionError
     from verl.trainer.checkpoint import CheckpointSaveError
     from verl.trainer.guards import NonFiniteStepsError
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
             trainer = PPOTrainer(cfg, run_dir)
             print("\n".join(f"verl train: {line}" for line in trainer.selection.splitlines()))
             trainer.init()
-        except (ValueError, FileNotFoundError, WorkerError, PlacementError) as exc:
+        except (ValueError, FileNotFoundError, WorkerError, PlacementError, PluginError) as exc:
             if args.verbose:
                 raise
             print(f"error: {exc}", file=sys.stderr)

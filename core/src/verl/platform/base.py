@@ -155,9 +155,16 @@ class Platform(abc.ABC):
         return int(self._module().current_device())
 
     def torch_device(self, index: int | None = None) -> torch.device:
-        """``torch.device(device_type, index)``; ``index`` defaults to :meth:`current_device`."""
+        """``torch.device(device_type, index)``; ``index`` defaults to :meth:`current_device`.
+
+        Device type ``cpu`` (host memory, also a vendor platform posing as an accelerator) gives
+        ``torch.device("cpu")`` whatever ``index`` is: CPU tensors carry no index, and ``torch.device("cpu", 0)``
+        compares unequal to their ``.device``.
+        """
         import torch
 
+        if self.device_type == "cpu":
+            return torch.device("cpu")
         return torch.device(self.device_type, self.current_device() if index is None else index)
 
     def manual_seed(self, seed: int) -> None:

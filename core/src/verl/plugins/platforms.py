@@ -29,7 +29,7 @@ from verl.plugins.errors import (
     PluginValidationError,
 )
 from verl.plugins.manager import get_plugin_manager
-from verl.plugins.selection import platform_device_type
+from verl.plugins.selection import NAMED_CHOICE, platform_device_type
 
 if TYPE_CHECKING:
     from verl.plugins.manager import PluginManager
@@ -58,7 +58,7 @@ class ProbeAnswer:
 
 
 #: :attr:`PlatformChoice.how` values.
-NAMED = "named by trainer.device"
+NAMED = NAMED_CHOICE
 ONLY_ACCELERATOR = "only accelerator answering yes"
 FALLBACK_CHOICE = "fallback: no accelerator answered yes"
 
@@ -148,7 +148,8 @@ def choose_platform(name: str | None = None, plugin_manager: PluginManager | Non
         UnknownPluginError: ``name`` is not a registered platform (lists the platforms and
             plugins that failed to load, e.g. ``verl-npu``).
         PlatformUnavailableError: ``name`` is registered but its probe says no here
-            ("device 'cuda' requested but not available: <reason>").
+            ("device 'cuda' requested but not available: <reason>"), or its probe said yes and its factory
+            raised (the message names the plugin and the exception).
         PlatformResolutionError: automatic choice with two or more positive accelerator
             probes, or with none and no usable ``cpu`` platform; lists every probe's answer.
         PluginConflictError: ``name`` is claimed by two plugins, or (automatic choice) any platform
@@ -169,7 +170,10 @@ def choose_platform(name: str | None = None, plugin_manager: PluginManager | Non
                 "or to null to choose automatically",
                 answers=answers,
             )
-        return _chosen(spec, pm, NAMED, result.reason, ())
+        # Named the host fallback: say which accelerators answer yes (a built-in run config pins cpu, and a user
+        # who installed a platform plugin expects it to be used); probes are cheap by contract.
+        others = () if spec.accelerator else tuple(a for a in probe_platforms(pm) if a.accelerator and a.available)
+        return _chosen(spec, pm, NAMED, result.reason, others)
 
     clash = pm.conflicts("platform")
     if clash:
@@ -231,7 +235,15 @@ def _chosen(
 
 
 def _build(spec: PlatformSpec, pm: PluginManager) -> Platform:
-    platform = spec.factory()
+    try:
+        platform = spec.factory()
+    except Exception as exc:  # a missing runtime/firmware surfaces here first: name the plugin, not a traceback
+        plugin = pm.providers("platform")[spec.name]
+        raise PlatformUnavailableError(
+            f"platform {spec.name!r} from plugin {plugin.describe()}: its probe answered yes, but its factory "
+            f"raised {type(exc).__name__}: {exc}. The platform cannot be used here: fix its runtime (the plugin's "
+            "install notes), or set trainer.device to another platform (`verl plugins` lists them)"
+        ) from exc
     if not isinstance(platform, Platform):
         plugin = pm.providers("platform")[spec.name]
         raise PluginValidationError(

@@ -18,6 +18,9 @@ import attrs
 
 from verl.plugins.specs import derived_device_type
 
+#: :attr:`PlatformChoice.how` of a platform named by ``trainer.device`` (``verl.plugins.platforms.NAMED``).
+NAMED_CHOICE = "named by trainer.device"
+
 
 def platform_device_type(spec: Any) -> str:
     """The torch device type of a platform spec, without calling its factory.
@@ -153,5 +156,12 @@ def describe_selection(choice: Any, engines: Iterable[EngineChoice]) -> str:
         engines: from :func:`selected_engines`.
     """
     lines = [f"platform: {choice.describe()}"]
+    idle = [a.name for a in choice.answers if a.available and a.accelerator and a.alias_of is None]
+    if choice.how == NAMED_CHOICE and idle and choice.spec_name not in idle:
+        lines.append(
+            f"note: trainer.device={choice.spec_name} (the built-in run config's value, unless your config set it) "
+            f"although {', '.join(idle)} answer(s) yes here; to use it: trainer.device={idle[0]}, or "
+            "trainer.device=null to choose automatically"
+        )
     lines += [e.describe() for e in engines]
     return "\n".join(lines)

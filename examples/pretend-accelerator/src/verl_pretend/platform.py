@@ -8,7 +8,8 @@ Environment:
 
 What differs from a real vendor plugin, and why: ``device_type`` is ``"cpu"`` (torch has no pretend device
 type), so ``device_module`` is ``None`` and every method the base class writes against a ``torch.cuda``-like
-module is overridden here; ``torch_device()`` is always ``torch.device("cpu")``, whatever the index.
+module is overridden here; ``torch_device()`` is the base class's, which gives ``torch.device("cpu")`` for
+device type ``cpu`` whatever the index.
 """
 
 from __future__ import annotations
@@ -17,12 +18,8 @@ import os
 import resource
 import sys
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 from verl.platform import Platform, ProbeResult
-
-if TYPE_CHECKING:
-    import torch
 
 COUNT_ENV = "VERL_PRETEND_DEVICES"
 VISIBLE_ENV = "PRETEND_VISIBLE_DEVICES"
@@ -129,12 +126,6 @@ class PretendPlatform(Platform):
     def current_device(self) -> int:
         """The index last given to :meth:`set_device` (0 before)."""
         return self._current
-
-    def torch_device(self, index: int | None = None) -> torch.device:
-        """``torch.device("cpu")``: every pretend device keeps its tensors in host memory."""
-        import torch
-
-        return torch.device("cpu")
 
     def memory_stats(self) -> dict[str, int]:
         """Process memory in bytes: ``allocated_bytes`` = ``reserved_bytes`` = resident set size,
