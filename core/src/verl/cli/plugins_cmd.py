@@ -118,7 +118,8 @@ def _engine_usable(kind: str, spec: Any, current: Any, error: str | None, answer
     from verl.plugins.selection import device_mismatch
 
     if current is None:
-        return None, f"unknown: no platform resolved ({(error or '').splitlines()[0]})"
+        first = (error or "").splitlines()[0].rstrip(":") if error else ""  # the rest: 'Platform of this machine'
+        return None, f"unknown: no platform resolved ({first}; see 'Platform of this machine' above)"
     if device_mismatch(kind, spec, current.name, current.device_type) is None:
         return True, f"runs on {current.name}"
     others = [
