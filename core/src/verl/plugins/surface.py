@@ -15,6 +15,12 @@ The rules that come with the list:
   role's ``engine_kwargs.<name>`` structured into the spec's ``options_cls`` at config load by
   :func:`verl.config.role_options`, or None) and never reads ``engine_kwargs`` itself; the signatures are the
   Protocols of :mod:`verl.plugins.factories`. A 1.x plugin is refused with what changed.
+* 2.1 (minor: names added, nothing changed): ``verl.engines.reference.builders``'s
+  ``build_reference_training_engine``, ``build_hf_rollout_engine`` and the options classes
+  ``ReferenceEngineOptions`` and ``HFRolloutOptions`` (the ``reference`` and ``hf`` specs' factories and
+  ``options_cls``), next to ``role_settings``: a backend that delegates to a built-in engine or subclasses
+  ``ReferenceTrainingEngine`` builds it the way core does. A plugin using them declares ``(2, 1)``; one
+  declaring ``(2, 0)`` is still accepted.
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -77,7 +83,15 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     "verl.models": ("load_tokenizer", "resolve_model_path"),
     "verl.models.hf_config": ("load_hf_config", "split_override_config"),
     # Extension points of the reference engines (subclassed by verl-fsdp) and the rollout output layout.
-    "verl.engines.reference.builders": ("role_settings",),
+    # 2.1: the built-in engines' factories and options classes, which a backend wrapping or subclassing them
+    # calls (a rollout delegating to ``hf``, a training engine on ReferenceTrainingEngine).
+    "verl.engines.reference.builders": (
+        "role_settings",
+        "build_reference_training_engine",
+        "build_hf_rollout_engine",
+        "ReferenceEngineOptions",
+        "HFRolloutOptions",
+    ),
     "verl.engines.reference.training": ("EngineSettings", "ReferenceTrainingEngine"),
     "verl.engines.reference.critic": ("ReferenceCriticEngine",),
     "verl.engines.reference.postprocess": ("build_rollout_batch",),
