@@ -18,9 +18,14 @@ The rules that come with the list:
 * 2.1 (minor: names added, nothing changed): ``verl.engines.reference.builders``'s
   ``build_reference_training_engine``, ``build_hf_rollout_engine`` and the options classes
   ``ReferenceEngineOptions`` and ``HFRolloutOptions`` (the ``reference`` and ``hf`` specs' factories and
-  ``options_cls``), next to ``role_settings``: a backend that delegates to a built-in engine or subclasses
-  ``ReferenceTrainingEngine`` builds it the way core does. A plugin using them declares ``(2, 1)``; one
-  declaring ``(2, 0)`` is still accepted.
+  ``options_cls``), next to ``role_settings``, and ``verl.engines.reference.export.merge_reference_checkpoint``
+  (the ``reference`` spec's ``merge_checkpoint``): a backend that delegates to a built-in engine or subclasses
+  ``ReferenceTrainingEngine`` builds and exports it the way core does. A plugin using them declares
+  ``(2, 1)``; one declaring ``(2, 0)`` is still accepted. Also added in 2.1, because the plugin guides' examples
+  import them: ``verl.algorithms``'s ``agg_loss``, ``masked_mean``, ``compute_global_batch_info`` and
+  ``verl.algorithms.loss_agg.split_global_batch_info`` (a policy loss), ``verl.plugins.resolve_platform`` and
+  ``verl.engines.reference.rollout.HFRolloutEngine`` (a vendor's oracle test), ``verl.plugins.PluginManager``
+  and ``reset_plugin_manager`` (a plugin's unit tests).
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -51,6 +56,11 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
         "get_plugin_manager",
         "PluginError",
         "UnknownPluginError",
+        # 2.1: the platform a test or tool runs on, chosen by core's rule (trainer.device or automatic), and
+        # what a plugin's unit tests register it with (docs/plugin-authors.md, "Testing a plugin").
+        "resolve_platform",
+        "PluginManager",
+        "reset_plugin_manager",
     ),
     "verl.plugins.hookspecs": ("hookimpl",),
     # The factory signatures (2.0): what the specs' factory callables are called with.
@@ -71,6 +81,9 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
         "AdvantageEstimatorSpec",
         "PolicyLossSpec",
     ),
+    # 2.1: what a policy loss needs to aggregate like core's (docs/plugin-authors.md, "A policy loss").
+    "verl.algorithms": ("agg_loss", "masked_mean", "compute_global_batch_info"),
+    "verl.algorithms.loss_agg": ("split_global_batch_info",),
     # Device platforms.
     "verl.platform": ("Platform", "ProbeResult"),
     "verl.platform.base": ("Platform", "ProbeResult", "UnsupportedBackendError"),
@@ -92,8 +105,12 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
         "ReferenceEngineOptions",
         "HFRolloutOptions",
     ),
+    # 2.1: ``verl export`` of an engine that writes the reference engine's checkpoint files.
+    "verl.engines.reference.export": ("merge_reference_checkpoint",),
     "verl.engines.reference.training": ("EngineSettings", "ReferenceTrainingEngine"),
     "verl.engines.reference.critic": ("ReferenceCriticEngine",),
+    # 2.1: the reference rollout, the numerical oracle a device is compared with (docs/platform-vendors.md).
+    "verl.engines.reference.rollout": ("HFRolloutEngine",),
     "verl.engines.reference.postprocess": ("build_rollout_batch",),
     "verl.engines.reference.sampling": ("SamplingParams", "resolve_sampling_params"),
     # Weight sync: tensor-parallel layouts and resharding (hybrid engine), sync-group helpers.
