@@ -178,3 +178,17 @@ def test_a_sync_that_writes_before_checking_is_caught(model, tmp_path, monkeypat
         _SyncKit().test_refused_mismatch_leaves_the_receiver_untouched(
             "in_process", "names", make_config, trainer, make_receiver, tmp_path
         )
+
+
+def test_an_engine_that_never_moves_its_weights_is_caught(model, loss_fn):
+    """Stand-in bug: the optimizer step does nothing (the kit's first update runs at the warm-up's lr 0, so the
+    comparison must look past it)."""
+
+    def frozen(engine):
+        engine.optimizer.step = lambda *args, **kwargs: None
+
+    batch = make_training_batch()
+    with pytest.raises(AssertionError, match="update 2|weights after two updates"):
+        TRAIN.test_one_update_matches_reference(
+            reference_maker(model, frozen), reference_maker(model), batch, batch, loss_fn, 1e-5, 1e-4
+        )

@@ -74,6 +74,15 @@ def _serialised(state: Any) -> Any:
     return torch.load(buffer, weights_only=False)
 
 
+def assert_weights_moved(before: dict, after: dict, *, more_than: float) -> None:
+    """Some weight changed by more than ``more_than`` (absolute): the update being compared really moved them."""
+    moved = max(float((after[name].float() - before[name].float()).abs().max()) for name in before)
+    assert moved > more_than, (
+        f"the reference engine's weights moved by at most {moved:.3g} (<= {more_than:.3g}): the kit's update does not "
+        "change the weights, so comparing them would prove nothing"
+    )
+
+
 def assert_weights_close(actual: dict, expected: dict, *, atol: float, what: str) -> None:
     """Same names, shapes and values within ``atol`` (rtol 0); names the worst tensor."""
     assert sorted(actual) == sorted(expected), (
@@ -185,9 +194,10 @@ class TrainingEngineTests(KitFixtures):
     * the factory's engine satisfies the ``TrainingEngine`` protocol;
     * ``compute_log_prob(calculate_entropy=True)``: ``old_log_probs`` and ``entropys`` ``(8, 8)`` float32,
       equal to the reference's within ``logprob_atol`` on valid tokens;
-    * one ``train_batch`` with the trainer's PPO loss: every metric the reference reports (``actor/pg_loss``,
-      ``actor/grad_norm``, ``actor/lr``, ...) within ``metric_rtol``, and the updated weights equal to the
-      reference's within ``weight_atol``;
+    * two ``train_batch`` calls with the trainer's PPO loss (the first at the warm-up's lr 0, the second moving
+      the weights, which is checked): every metric the reference reports (``actor/pg_loss``, ``actor/grad_norm``,
+      ``actor/lr``, ...) within ``metric_rtol`` at both, and the updated weights equal to the reference's within
+      ``weight_atol``;
     * gradient accumulation: micro-batches of 1 row and one micro-batch of the whole mini-batch give the same
       update (weights within ``weight_atol``, grad norm within ``metric_rtol``);
     * token-mean normalisation: with ``old_log_probs`` = the current log-probs, the reported
@@ -326,24 +336,32 @@ class TrainingEngineTests(KitFixtures):
         metric_rtol: float,
     ) -> None:
         engine, reference = make_engine(), make_reference()
-        got, want = engine.train_batch(data, loss_fn), reference.train_batch(batch, loss_fn)
-        for key in want:
-            assert key in got, f"train_batch metrics lack {key!r} (the reference reports it); got {sorted(got)}"
-            assert _metric(got, key) == pytest.approx(_metric(want, key), rel=metric_rtol, abs=1e-7), (
-                f"metric {key}: engine {got[key]}, reference {want[key]}"
-            )
-        assert_weights_close(_weights(engine), _weights(reference), atol=weight_atol, what="weights after one update")
+        before = _weights(reference)
+        # Two updates: the first runs at the warm-up's lr 0 (verl's schedule) and only fills AdamW's moments, the
+        # second moves the weights; comparing after the first alone would pass for an engine that never updates.
+        for step in (1, 2):
+            got, want = engine.train_batch(data, loss_fn), reference.train_batch(batch, loss_fn)
+            for key in want:
+                assert key in got, f"train_batch metrics lack {key!r} (the reference reports it); got {sorted(got)}"
+                assert _metric(got, key) == pytest.approx(_metric(want, key), rel=metric_rtol, abs=1e-7), (
+                    f"update {step}, metric {key}: engine {got[key]}, reference {want[key]}"
+                )
+        assert_weights_moved(before, _weights(reference), more_than=10 * weight_atol)
+        assert_weights_close(_weights(engine), _weights(reference), atol=weight_atol, what="weights after two updates")
 
     def test_gradient_accumulation_micro_batch_1_equals_full(
         self, make_engine: Callable, data: Any, loss_fn: Any, weight_atol: float, metric_rtol: float
     ) -> None:
         micro = make_engine(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1"])
         full = make_engine([f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={ROWS}"])
-        m_micro, m_full = micro.train_batch(data, loss_fn), full.train_batch(data, loss_fn)
-        for key in ("actor/grad_norm", "actor/pg_loss"):
-            assert _metric(m_micro, key) == pytest.approx(_metric(m_full, key), rel=metric_rtol, abs=1e-7), (
-                f"{key}: micro-batches of 1 row give {m_micro[key]}, one micro-batch of {ROWS} rows {m_full[key]}"
-            )
+        before = _weights(full)
+        for _ in range(2):  # the first update is at the warm-up's lr 0 (see test_one_update_matches_reference)
+            m_micro, m_full = micro.train_batch(data, loss_fn), full.train_batch(data, loss_fn)
+            for key in ("actor/grad_norm", "actor/pg_loss"):
+                assert _metric(m_micro, key) == pytest.approx(_metric(m_full, key), rel=metric_rtol, abs=1e-7), (
+                    f"{key}: micro-batches of 1 row give {m_micro[key]}, one micro-batch of {ROWS} rows {m_full[key]}"
+                )
+        assert_weights_moved(before, _weights(full), more_than=10 * weight_atol)
         assert_weights_close(
             _weights(micro), _weights(full), atol=weight_atol, what="micro-batch 1 vs full mini-batch update"
         )
