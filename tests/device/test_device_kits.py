@@ -17,7 +17,7 @@ import torch.distributed as dist
 from verl.testing.conformance import PlatformTests, RolloutEngineTests, TrainingEngineTests
 
 # Class attributes are read when the module is imported; the session fixture `matrix` skips everything when
-# VERL_TEST_DEVICE is unset, so the placeholders below are never used to build anything.
+# VERL_TEST_DEVICE is unset, so these defaults (cpu, reference, hf) never build anything there.
 DEVICE = os.environ.get("VERL_TEST_DEVICE") or "cpu"
 TRAINING = os.environ.get("VERL_TEST_TRAINING") or "reference"
 ROLLOUT = os.environ.get("VERL_TEST_ROLLOUT") or "hf"

@@ -102,33 +102,25 @@ def selected_engines(cfg: Any, plugin_manager: Any) -> list[EngineChoice]:
     Raises:
         UnknownPluginError / PluginConflictError: a selected name has no single provider.
     """
+    from verl.config.engine_options import role_selection  # the one table of roles, keys and null follow-values
+
     arr = cfg.actor_rollout_ref
-    rows = [("actor", "training_engine", "actor_rollout_ref.actor.strategy", arr.actor.strategy)]
+    roles = ["actor"]
     if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
-        rows.append(
-            ("ref", "training_engine", "actor_rollout_ref.ref.strategy", arr.ref.strategy or arr.actor.strategy)
-        )
+        roles.append("ref")
     if cfg.critic.enable:
-        rows.append(("critic", "training_engine", "critic.strategy", cfg.critic.strategy or arr.actor.strategy))
-    rows.append(("rollout", "rollout_engine", "actor_rollout_ref.rollout.name", arr.rollout.name))
-    rows.append(
-        (
-            "checkpoint",
-            "checkpoint_engine",
-            "actor_rollout_ref.rollout.checkpoint_engine.backend",
-            arr.rollout.checkpoint_engine.backend,
-        )
-    )
+        roles.append("critic")
+    roles += ["rollout", "checkpoint"]
     return [
         EngineChoice(
-            role=role,
-            kind=kind,
-            key=key,
-            name=name,
-            spec=plugin_manager.get(kind, name),
-            plugin=plugin_manager.provider(kind, name),
+            role=sel.role,
+            kind=sel.kind,
+            key=sel.name_key,
+            name=sel.name,
+            spec=plugin_manager.get(sel.kind, sel.name),
+            plugin=plugin_manager.provider(sel.kind, sel.name),
         )
-        for role, kind, key, name in rows
+        for sel in (role_selection(cfg, role) for role in roles)
     ]
 
 
