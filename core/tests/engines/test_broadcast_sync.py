@@ -180,8 +180,7 @@ def test_the_platform_builds_the_group_also_for_the_gloo_override(override, expe
     engine.init_group(master_addr="127.0.0.1", master_port=free_port(), rank=0, world_size=2, timeout_s=5)
     engine.close()
     assert platform.calls == [
-        ("check", expected),  # init_group: before the store opens
-        ("check", expected),  # make_backend
+        ("check", expected),  # init_group: before the store opens (new_sync_group checks again itself)
         ("new", expected, "PrefixStore", 0, 2, 5.0),
         ("shutdown",),
     ]

@@ -62,5 +62,7 @@ def make_backend(backend: str, store: Any, rank: int, world_size: int, timeout_s
     Blocks until all ``world_size`` ranks have joined (Gloo rendezvous; NCCL/HCCL connect lazily on the
     first collective). Raises :class:`UnsupportedBackendError` as :func:`check_backend`.
     """
-    check_backend(backend, platform=platform)
-    return platform.new_sync_group(backend, store, rank, world_size, timeout_s)
+    try:  # new_sync_group checks the backend itself (check_sync_backend): not checked twice here
+        return platform.new_sync_group(backend, store, rank, world_size, timeout_s)
+    except UnsupportedBackendError as exc:
+        raise UnsupportedBackendError(f"broadcast checkpoint engine: {exc}") from exc
