@@ -74,7 +74,8 @@ class PlatformChoice:
         reason: the chosen platform's probe answer (``"2 device(s), CUDA 12.4"``).
         plugin: the plugin that provides the spec.
         answers: every probe's answer for an automatic choice (the accelerators that said no, with why);
-            empty when the platform was named (no other probe runs).
+            for a named non-accelerator (``cpu``) the accelerators answering yes (``verl train`` notes them);
+            empty for a named accelerator (no other probe runs).
     """
 
     platform: Platform
