@@ -3,7 +3,7 @@
 * :class:`RolloutEngineTests` (:mod:`~verl.testing.conformance.rollout`): a rollout engine against the tensor
   layout contract of :mod:`verl.engines.base` and the reference training engine;
 * :class:`TrainingEngineTests` (:mod:`~verl.testing.conformance.training`): a training engine against core's
-  ``reference`` engine (log-probs, one update, gradient accumulation, token-mean, state dict, weights, offload);
+  ``reference`` engine (log-probs, two updates, gradient accumulation, token-mean, state dict, weights, offload);
 * :class:`CheckpointEngineTests` (:mod:`~verl.testing.conformance.checkpoint`): a weight-sync engine moving a
   reference trainer's weights into an ``hf`` rollout (sync, bucket boundaries, refused mismatches);
 * :class:`PlatformTests` (:mod:`~verl.testing.conformance.platform`): a device platform (probe, device facts,
