@@ -101,7 +101,7 @@ def test_unknown_well_known_backend_gets_an_install_hint(pm):
         pm.get("training_engine", "fsdp")
     with pytest.raises(UnknownPluginError, match=r"pip install '\./plugins/verl-npu\[npu\]' \(Ascend NPU"):
         pm.get("platform", "npu")
-    with pytest.raises(UnknownPluginError, match=r"verl-megatron is not available yet \(no such plugin exists"):
+    with pytest.raises(UnknownPluginError, match=r"pip install '\./plugins/verl-megatron\[cpu\]' \(CPU: megatron-core"):
         pm.get("training_engine", "megatron")
     with pytest.raises(UnknownPluginError, match=r"verl-sglang is not available yet"):
         pm.get("rollout_engine", "sglang")

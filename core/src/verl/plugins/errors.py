@@ -124,7 +124,12 @@ KNOWN_BACKENDS: dict[str, BackendHint] = {
     "tensorrt_llm": BackendHint("verl-trtllm", "rollout_engine", None),
     "fsdp": BackendHint("verl-fsdp", "training_engine", "plugins/verl-fsdp"),
     "fsdp2": BackendHint("verl-fsdp", "training_engine", "plugins/verl-fsdp", provided_as="fsdp"),
-    "megatron": BackendHint("verl-megatron", "training_engine", None),
+    "megatron": BackendHint(
+        "verl-megatron",
+        "training_engine",
+        "plugins/verl-megatron",
+        (("cpu", "CPU: megatron-core, gloo"), ("cuda", "NVIDIA GPU: + mbridge; Transformer Engine is yours")),
+    ),
     "npu": BackendHint(
         "verl-npu", "platform", "plugins/verl-npu", (("npu", "Ascend NPU: torch-npu matching torch; CANN installed"),)
     ),
