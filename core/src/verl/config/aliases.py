@@ -1,17 +1,21 @@
 """verl's backend-specific config sections, accepted under their verl names.
 
 verl configures FSDP with ``actor_rollout_ref.actor.fsdp_config.*`` (and ``ref.fsdp_config``,
-``critic.fsdp_config``); here every backend's options live in ``<section>.engine_kwargs.<backend>``,
-checked by the backend plugin's options class. A verl-style key is moved to its place before the
-schema check, so ``actor_rollout_ref.actor.fsdp_config.param_offload=true`` just works, and
-setting the same option both ways is an error naming both keys.
+``critic.fsdp_config``, ``critic.model.fsdp_config``) and Megatron with ``actor_rollout_ref.actor.megatron.*``
+(and ``ref.megatron``, ``critic.megatron``); here every backend's options live in
+``<section>.engine_kwargs.<backend>``, checked by the backend plugin's options class. A verl-style key is moved
+to its place before the schema check, so ``actor_rollout_ref.actor.fsdp_config.param_offload=true`` just works,
+and setting the same option both ways is an error naming both keys.
 
 Where it goes depends on the role's training engine (``actor.strategy``; the ref's and the critic's own
-``strategy`` when set; unset, the default :func:`verl.config.resolve.default_strategy` gives): ``fsdp`` ->
-``engine_kwargs.fsdp``; core's single-process ``reference``
-engine honours ``param_offload``, ``optimizer_offload`` and ``model_dtype`` (as its ``dtype``) ->
-``engine_kwargs.reference``, and any other ``fsdp_config`` key is an error naming the engine (it would
-otherwise sit in a section nobody reads); any other engine: an error naming it.
+``strategy`` when set; unset, the default :func:`verl.config.resolve.default_strategy` gives):
+
+* ``fsdp_config``: engine ``fsdp`` -> ``engine_kwargs.fsdp``; core's single-process ``reference``
+  engine honours ``param_offload``, ``optimizer_offload`` and ``model_dtype`` (as its ``dtype``) ->
+  ``engine_kwargs.reference``, and any other ``fsdp_config`` key is an error naming the engine (it would
+  otherwise sit in a section nobody reads); any other engine (``megatron`` included): an error naming it.
+* ``megatron``: engine ``megatron`` -> ``engine_kwargs.megatron``, keys unchanged (the verl-megatron plugin's
+  options keep verl's ``McoreEngineConfig`` names); any other engine: an error naming it and the key to set.
 
 verl's name ``fsdp2`` for a ``strategy`` (actor, ref, critic) is written ``fsdp`` first: the verl-fsdp plugin's
 ``fsdp`` engine is FSDP2 (``fully_shard``), and one name keeps ``engine_kwargs.fsdp``, checkpoints and
@@ -36,7 +40,16 @@ SECTION_ALIASES: dict[str, tuple[str, str, str | None]] = {
     ),
     "critic.fsdp_config": ("critic", "critic.strategy", "actor_rollout_ref.actor.strategy"),
     "critic.model.fsdp_config": ("critic", "critic.strategy", "actor_rollout_ref.actor.strategy"),
+    "actor_rollout_ref.actor.megatron": ("actor_rollout_ref.actor", "actor_rollout_ref.actor.strategy", None),
+    "actor_rollout_ref.ref.megatron": (
+        "actor_rollout_ref.ref",
+        "actor_rollout_ref.ref.strategy",
+        "actor_rollout_ref.actor.strategy",
+    ),
+    "critic.megatron": ("critic", "critic.strategy", "actor_rollout_ref.actor.strategy"),
 }
+#: Last part of a :data:`SECTION_ALIASES` key -> (the backend it configures, its name in messages).
+ALIAS_BACKENDS = {"fsdp_config": ("fsdp", "FSDP"), "megatron": ("megatron", "Megatron")}
 #: fsdp_config keys the ``reference`` engine honours -> its option name.
 REFERENCE_KEYS = {"param_offload": "param_offload", "optimizer_offload": "optimizer_offload", "model_dtype": "dtype"}
 _DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -94,17 +107,20 @@ def apply_strategy_names(tree: MutableMapping[str, Any], origins: MutableMapping
             origins[key] = f"{source + ', ' if source else ''}verl's {value!r} = {STRATEGY_NAMES[value]!r}"
 
 
-def _translate(alias: str, value: MutableMapping[str, Any], engine: str, engine_key: str) -> dict[str, Any]:
+def _translate(
+    alias: str, value: MutableMapping[str, Any], engine: str, engine_key: str, section: str
+) -> dict[str, Any]:
     """The options of ``value`` under the names of ``engine``'s options (raises for what it cannot take)."""
-    if engine == "fsdp":
+    backend, label = ALIAS_BACKENDS[alias.rsplit(".", 1)[1]]
+    if engine == backend:
         return dict(value)
-    if engine != "reference":
+    if backend != "fsdp" or engine != "reference":
         raise ConfigError(
             [
                 ConfigIssue(
                     f"{alias}.{key}",
-                    f"{alias}.{key}: {alias} configures FSDP, but the training engine is {engine!r} ({engine_key}); set "
-                    f"{engine_key}=fsdp, or configure {engine!r} in its own section",
+                    f"{alias}.{key}: {alias} configures {label}, but the training engine is {engine!r} ({engine_key}); "
+                    f"set {engine_key}={backend}, or configure {engine!r} under {section}.engine_kwargs.{engine}",
                 )
                 for key in value
             ]
@@ -136,8 +152,8 @@ def apply_section_aliases(tree: MutableMapping[str, Any], origins: MutableMappin
     ``origins`` (dotted key -> where it was set) gains the moved keys, noting the verl name.
 
     Raises:
-        ConfigError: an alias that is not a mapping, an option set under both names, an ``fsdp_config`` key the
-            role's training engine cannot take (naming the engine and ``<role>.strategy``).
+        ConfigError: an alias that is not a mapping, an option set under both names, an ``fsdp_config`` or
+            ``megatron`` key the role's training engine cannot take (naming the engine and ``<role>.strategy``).
     """
     for alias, (section, engine_key, fallback) in SECTION_ALIASES.items():
         *parent_path, leaf = alias.split(".")
@@ -150,7 +166,7 @@ def apply_section_aliases(tree: MutableMapping[str, Any], origins: MutableMappin
         if not isinstance(value, MutableMapping):
             raise ConfigError(ConfigIssue(alias, f"{alias} must be a section of options, got {value!r}"))
         engine, read_from = _engine_of(tree, engine_key, fallback)
-        options = _translate(alias, value, engine, read_from)
+        options = _translate(alias, value, engine, read_from, section)
         target = f"{section}.engine_kwargs.{engine}"
         dest = _node(tree, target.split("."), create=True)
         if dest is None:
