@@ -86,7 +86,7 @@ def _sliding_window_used(hf_config: Any) -> bool:
     layer_types = getattr(hf_config, "layer_types", None) or []
     if any(t != "full_attention" for t in layer_types):
         return True
-    return bool(getattr(hf_config, "use_sliding_window", False)) and getattr(hf_config, "sliding_window", None)
+    return bool(getattr(hf_config, "use_sliding_window", False) and getattr(hf_config, "sliding_window", None))
 
 
 @attrs.frozen(kw_only=True)
