@@ -3,8 +3,9 @@
 Engines are looked up by name in the plugin manager (``actor.strategy``, ``rollout.name``,
 ``rollout.checkpoint_engine.backend``), so the same worker drives the reference engines,
 FSDP, vLLM or any third-party backend. The trainer calls the ``@register``-ed methods on a
-worker group (:class:`verl.controller.LocalWorkerGroup` or the Ray group); data methods use
-``DP_COMPUTE_PROTO`` so a batch is split over data-parallel ranks and joined back in order.
+worker group (:class:`verl.controller.LocalWorkerGroup` or the Ray group); data methods split a batch over
+data-parallel replicas and join it back in order: the ``actor`` mesh (an engine with ``dispatch_info()``, e.g.
+Megatron's TP x PP ranks, gets one chunk per replica) and the ``rollout`` mesh (TP rollout replicas).
 
 Follows ``verl/workers/engine_workers.py:ActorRolloutRefWorker`` (roles ``actor``,
 ``rollout``, ``ref`` and their combinations).
@@ -104,6 +105,12 @@ class ActorRolloutRefWorker(Worker):
                 device=device,
                 world_size=self.world_size,
             )
+        # A model-parallel engine (Megatron: TP x PP x CP ranks per replica) answers where this rank sits; its
+        # replica's ranks then get the same rows and one of them returns them. Others are plain data parallel.
+        trainer = self.actor if self.actor is not None else self.ref
+        if trainer is not None and hasattr(trainer, "dispatch_info"):
+            dp_rank, dp_size, is_collect = trainer.dispatch_info()
+            self.register_dispatch_collect_info("actor", dp_rank=dp_rank, dp_size=dp_size, is_collect=is_collect)
         if self._is_rollout:
             spec = pm.get("rollout_engine", arr.rollout.name)
             train_spec = pm.get("training_engine", arr.actor.strategy) if self.actor is not None else None
@@ -322,13 +329,13 @@ class ActorRolloutRefWorker(Worker):
 
     # ------------------------------------------------------------------ actor / ref
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("actor"))
     def compute_log_prob(self, data: Any) -> Any:
         """``old_log_probs`` and ``entropys`` ``(bs, resp_len)`` under the current actor weights."""
         self._need(self.actor, "actor")
         return self.actor.compute_log_prob(data, calculate_entropy=True)
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("actor"))
     def compute_ref_log_prob(self, data: Any) -> Any:
         """``ref_log_prob`` ``(bs, resp_len)`` under the frozen reference policy."""
         self._need(self.ref, "ref (enable actor.use_kl_loss or algorithm.use_kl_in_reward)")
@@ -336,7 +343,7 @@ class ActorRolloutRefWorker(Worker):
         out.rename("old_log_probs", "ref_log_prob")
         return out
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("actor"))
     def update_actor(self, data: Any) -> Any:
         """One training step of the actor on ``data``; returns metrics in ``meta_info["metrics"]``."""
         from verl.workers.losses import make_ppo_loss
