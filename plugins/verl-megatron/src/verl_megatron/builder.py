@@ -58,7 +58,7 @@ def build_megatron_training_engine(
         ValueError: unknown role (``critic`` is not built yet), role keys the engine cannot honour, a bad layout.
         TypeError: ``options`` of another class.
     """
-    from verl.config.errors import ConfigError, ConfigIssue
+    from verl.config import ConfigError, ConfigIssue
     from verl.engines.reference.builders import role_settings
     from verl_megatron.engine import MegatronTrainingEngine
     from verl_megatron.options import MegatronEngineOptions

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from verl.engines.micro_batch import restore_order
+from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budget_plan
 from verl.engines.optim import build_lr_scheduler
-from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine
+from verl.engines.reference.training import EngineSettings
 from verl_megatron.forward import response_stats, to_megatron_inputs
 from verl_megatron.megatron_model import MegatronModel
 
@@ -135,7 +135,11 @@ class MegatronTrainingEngine:
     def _plan(self, data: Any, *, use_dynamic: bool, micro: int | None, max_tokens: int) -> list[list[int]]:
         if len(data) == 0:
             raise ValueError(f"rank {dist.get_rank()}: got an empty batch; every data-parallel rank needs rows")
-        return ReferenceTrainingEngine._plan(data, use_dynamic=use_dynamic, micro=micro, max_tokens=max_tokens)
+        if use_dynamic:  # the reference engine's padded-cost token budget (Megatron runs padded BSHD rows)
+            mask = data.batch["attention_mask"] if hasattr(data, "batch") else data["attention_mask"]
+            resp_len = (data.batch if hasattr(data, "batch") else data)["responses"].shape[1]
+            return token_budget_plan(mask.sum(-1), max_tokens, response_lens=mask[:, -resp_len:].sum(-1))
+        return fixed_size_plan(len(data), micro or len(data))
 
     def _run(self, micros: list[Any], step: Any, *, forward_only: bool) -> list[Any]:
         from megatron.core.pipeline_parallel import get_forward_backward_func

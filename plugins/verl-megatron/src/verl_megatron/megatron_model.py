@@ -81,7 +81,7 @@ class MegatronModel:
         world_size: int,
         load_weights: bool = True,
     ) -> None:
-        from verl.config.errors import ConfigError, ConfigIssue
+        from verl.config import ConfigError, ConfigIssue
         from verl.engines.dtypes import resolve_dtype
         from verl.models.hf_config import load_hf_config
 
