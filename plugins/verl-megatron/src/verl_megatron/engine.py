@@ -311,10 +311,10 @@ class MegatronTrainingEngine:
     ) -> Iterator[tuple[str, torch.Tensor]]:
         """``(hf_name, tensor)`` in the HF model's state-dict order (collective: every rank consumes it all).
 
-        Without ``layout``: full tensors on every rank (TP all-gather, PP broadcast), gathered per weight.
-        With the rollout's :class:`~verl.engines.weight_sync.layout.WeightLayout`: each rank gets its slice;
-        a slice equal to the piece this rank's TP shard holds is yielded as it is, anything else is cut from
-        the full tensor (gathered first).
+        Without ``layout``: full tensors on every rank (TP all-gather, PP broadcast), one weight at a time.
+        With the rollout's :class:`~verl.engines.weight_sync.layout.WeightLayout`: each rank gets its slice, cut
+        from the gathered full tensor (each weight is whole on a rank for a moment; counted in
+        ``stats.full_gathers``). Sending a TP shard straight to the rollout rank that wants exactly it is not built.
         """
         self.onload()
         yield from self.mm.hf_weights(layout, stats=stats)

@@ -417,8 +417,11 @@ class MegatronModel:
                         piece = layout.slice_for(name, shape, rank)
                         if piece is not None:
                             tensor = tensor.narrow(piece.dim, piece.start, piece.length).clone()
-                        if stats is not None and hasattr(stats, "full_gathers"):
+                        if stats is not None:
                             stats.full_gathers += 1
+                    if stats is not None:
+                        stats.tensors += 1
+                        stats.bytes += tensor.numel() * tensor.element_size()
                     yield name, tensor
 
     # ------------------------------------------------------------------ offload
