@@ -102,7 +102,8 @@ class Device:
     combos: tuple[str, ...] = ()
 
 
-# The matrix: every combination on every device. Backends that do not exist yet (sglang, trtllm) are not rows; a session exists only when the folders of its plugins are present. Whether a combination runs on a
+# The matrix: every combination on every device. Backends that do not exist yet (sglang, trtllm) are not rows; a
+# session exists only when the folders of its plugins are present. Whether a combination runs on a
 # device is the engines' specs' answer (their ``devices``), asked at config load in the session: a refusal is a
 # skip with config load's reason, so this table never disagrees with the specs.
 COMBOS: dict[str, Combo] = {
