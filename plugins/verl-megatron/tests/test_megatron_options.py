@@ -174,7 +174,6 @@ REFUSED = [
     ("virtual_pipeline_model_parallel_size", "0", "must be an int >= 1 or null, got 0"),
     ("virtual_pipeline_model_parallel_size", "2", "2 needs pipeline_model_parallel_size > 1 (it is 1)"),
     ("expert_tensor_parallel_size", "0", "must be an int >= 1 or null, got 0"),
-    ("sequence_parallel", "true", "true needs tensor_model_parallel_size > 1 (it is 1)"),
     ("transformer_impl", "te", "must be one of ['auto', 'local', 'transformer_engine'], got 'te'"),
     ("dtype", "int8", "got 'int8'"),
     ("pad_to_length_bucket", "0", "must be an int >= 1, got 0"),
@@ -234,6 +233,8 @@ def test_direct_construction_names_the_actor_key():
     ("tp", "given", "device", "expected"),
     [
         (1, None, "cuda", False),  # verl turns it off at TP 1
+        (1, True, "cuda", False),  # verl's YAML default true at TP 1: off with a warning, as verl
+        (1, True, "cpu", False),
         (2, None, "cuda", True),  # verl's default true
         (2, None, "cpu", False),  # no sequence-parallel norms in the local spec
         (2, False, "cuda", False),

@@ -18,6 +18,7 @@ level, so listing plugins stays cheap.
 from __future__ import annotations
 
 import difflib
+import logging
 from typing import Any
 
 import attrs
@@ -158,7 +159,8 @@ class MegatronEngineOptions:
         sequence_parallel: split the activations outside attention/MLP over the TP group. null (the default) =
             on when ``tensor_model_parallel_size > 1`` on an accelerator (verl's default ``true``, which verl turns
             off at TP 1), off on cpu (Megatron's local layer spec has no sequence-parallel norms there).
-            ``true`` with TP 1 is refused (verl silently turns it off). See :meth:`resolved_sequence_parallel`.
+            ``true`` with TP 1 resolves to off with a warning, as verl's ``McoreEngineConfig`` does (verl's YAML
+            default is ``true`` at any TP). See :meth:`resolved_sequence_parallel`.
         use_distributed_optimizer: shard the optimizer state over the DP group (ZeRO-1,
             ``DistributedDataParallelConfig.use_distributed_optimizer``); default true like verl.
         param_offload / grad_offload / optimizer_offload: move the DDP parameter buffers / gradient buffers /
@@ -286,12 +288,6 @@ class MegatronEngineOptions:
 
     def __attrs_post_init__(self) -> None:
         fields = attrs.fields(type(self))
-        if self.sequence_parallel is True and self.tensor_model_parallel_size == 1:
-            _fail(
-                fields.sequence_parallel,
-                "true needs tensor_model_parallel_size > 1 (it is 1): sequence parallelism splits the activations "
-                "over the tensor-parallel group; set it to false or null (auto)",
-            )
         if self.virtual_pipeline_model_parallel_size is not None and self.pipeline_model_parallel_size == 1:
             _fail(
                 fields.virtual_pipeline_model_parallel_size,
@@ -347,6 +343,13 @@ class MegatronEngineOptions:
         """
         if self.sequence_parallel is None:
             return self.tensor_model_parallel_size > 1 and device_type != "cpu"
+        if self.sequence_parallel and self.tensor_model_parallel_size == 1:
+            # verl (McoreEngineConfig.__post_init__): "set sequence parallel to false as TP size is 1".
+            logging.getLogger(__name__).warning(
+                "%s.sequence_parallel=true with tensor_model_parallel_size=1: off (nothing to split), as in verl",
+                section,
+            )
+            return False
         if self.sequence_parallel and device_type == "cpu":
             self.check_device(device_type, section=section)  # raises with the reason
         return self.sequence_parallel
