@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from verl.controller import Dispatch, Worker, register
+from verl.controller.mesh_dispatch import make_nd_compute_dataproto_dispatch_fn
 
 
 def resolve_model_folder(path: Any) -> Path:
@@ -121,6 +122,9 @@ class CriticWorker(Worker):
                 f"critic.strategy={strategy!r}: its engine for role='critic' has no compute_values (not a value "
                 "model engine); use critic.strategy=reference or fsdp"
             )
+        if hasattr(self.critic, "dispatch_info"):  # model-parallel replicas (Megatron): one chunk per replica
+            dp_rank, dp_size, is_collect = self.critic.dispatch_info()
+            self.register_dispatch_collect_info("critic", dp_rank=dp_rank, dp_size=dp_size, is_collect=is_collect)
         self.strategy = strategy
         self._platform = platform
         return {"rank": self.rank, "model_path": str(model_path), "device": str(device), "strategy": strategy}
@@ -150,13 +154,13 @@ class CriticWorker(Worker):
         self._need()
         return measured(self._platform, "onload_critic", self.critic.onload) if hasattr(self.critic, "onload") else {}
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("critic"))
     def compute_values(self, data: Any) -> Any:
         """``values`` ``(bs, resp_len)`` float32 of the responses under the current critic (0 on padding)."""
         self._need()
         return self.critic.compute_values(data)
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn("critic"))
     def update_critic(self, data: Any) -> Any:
         """One training step of the critic on ``data`` (needs ``values``, ``returns``, ``response_mask``).
 

@@ -42,11 +42,12 @@ def build_megatron_training_engine(
     device: Any = "cpu",
     world_size: int = 1,
 ) -> Any:
-    """Build the ``actor`` (trainable) or ``ref`` (forward-only) Megatron engine.
+    """Build the ``actor`` (trainable), ``ref`` (forward-only) or ``critic`` (value model) Megatron engine.
 
     Args:
         config: resolved :class:`verl.config.RootConfig`.
-        role: ``"actor"`` or ``"ref"``.
+        role: ``"actor"``, ``"ref"`` or ``"critic"`` (:class:`~verl_megatron.engine.MegatronCriticEngine`, options
+            from ``critic.engine_kwargs.megatron``, batch keys from ``critic.*``).
         model: resolved HF folder (safetensors).
         options: the role's validated :class:`verl_megatron.options.MegatronEngineOptions` (None = defaults).
         total_training_steps: LR-schedule horizon.
@@ -55,19 +56,16 @@ def build_megatron_training_engine(
             per-rank mini-batch ``ppo_mini_batch_size * n / dp``.
 
     Raises:
-        ValueError: unknown role (``critic`` is not built yet), role keys the engine cannot honour, a bad layout.
+        ValueError: unknown role, role keys the engine cannot honour, a bad layout.
         TypeError: ``options`` of another class.
     """
     from verl.config import ConfigError, ConfigIssue
     from verl.engines.reference.builders import role_settings
-    from verl_megatron.engine import MegatronTrainingEngine
+    from verl_megatron.engine import MegatronCriticEngine, MegatronTrainingEngine
     from verl_megatron.options import MegatronEngineOptions
 
-    if role not in ("actor", "ref"):
-        raise ValueError(
-            f"megatron training engine: role {role!r} is not built (actor and ref are); for a critic (GAE) set "
-            "critic.strategy=fsdp or reference"
-        )
+    if role not in ("actor", "ref", "critic"):
+        raise ValueError(f"megatron training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
     if options is not None and not isinstance(options, MegatronEngineOptions):
         raise TypeError(
             "megatron training engine: options must be a MegatronEngineOptions (verl.config.role_options(cfg, role, "
@@ -91,11 +89,12 @@ def build_megatron_training_engine(
     refused = _refusals(settings, role)
     if refused:
         raise ConfigError([ConfigIssue(KEY, message) for message in refused])
-    return MegatronTrainingEngine(
+    engine_cls = MegatronCriticEngine if role == "critic" else MegatronTrainingEngine
+    return engine_cls(
         model,
         settings,
         options=opts,
-        optim=optim if role == "actor" else None,
+        optim=optim if role in ("actor", "critic") else None,
         total_training_steps=total_training_steps,
         device=device,
         world_size=world_size,

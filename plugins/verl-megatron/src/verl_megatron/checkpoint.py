@@ -26,12 +26,43 @@ MANIFEST = "verl_megatron.json"
 DIST = "dist_ckpt"
 
 
+# verl's metadata for megatron-core >= 0.14 (megatron_checkpoint_manager._build_sharded_state_dict_metadata):
+# without it the distributed optimizer defaults to 'fully_sharded_model_space', whose flattened ShardedTensors
+# megatron-core 0.16's dist_checkpointing rejects ("ShardedTensor.flattened_range is not supported").
+_METADATA = {
+    "distrib_optim_sharding_type": "dp_reshardable",
+    "singleton_local_shards": False,
+    "chained_optim_avoid_prefix": True,
+}
+
+
 def _sharded(engine: Any, *, is_loading: bool) -> dict[str, Any]:
     mm = engine.mm
-    state: dict[str, Any] = {"model": mm.base.sharded_state_dict()}
+    state: dict[str, Any] = {"model": mm.base.sharded_state_dict(metadata=dict(_METADATA))}
     if engine.trainable:
-        state["optimizer"] = mm.optimizer.sharded_state_dict(state["model"], is_loading=is_loading)
+        state["optimizer"] = mm.optimizer.sharded_state_dict(
+            state["model"], is_loading=is_loading, metadata=dict(_METADATA)
+        )
     return state
+
+
+def _ensure_optimizer_state(engine: Any) -> None:
+    """Zero AdamW moments and step 0 for parameters without optimizer state (an engine that never stepped).
+
+    Megatron's ``DistributedOptimizer.state_dict()`` (called by ``sharded_state_dict(is_loading=True)``) reads
+    every parameter's ``step`` when neither Apex nor Transformer Engine is installed (the cpu case) and asserts
+    there is one; Megatron's own ``init_state_fn`` sets only the moments. The placeholders are overwritten by the
+    checkpoint's state.
+    """
+    for inner in engine.mm._inner_optimizers():
+        torch_opt = getattr(inner, "optimizer", None)
+        for group in getattr(torch_opt, "param_groups", []):
+            for param in group["params"]:
+                state = torch_opt.state[param]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    state["exp_avg"] = torch.zeros_like(param.data)
+                    state["exp_avg_sq"] = torch.zeros_like(param.data)
 
 
 def save(engine: Any, folder: Any) -> None:
@@ -93,6 +124,8 @@ def load(engine: Any, folder: Any) -> None:
             "world size, or `verl export` the checkpoint and start a new run from the HF folder"
         )
     with engine.mm.compat(optimizer=True):
+        if engine.trainable:
+            _ensure_optimizer_state(engine)
         template = _sharded(engine, is_loading=True)
         loaded = dist_checkpointing.load(template, str(Path(folder) / DIST))
         engine.mm.base.load_state_dict(loaded["model"], strict=False)
@@ -109,19 +142,25 @@ def write_hf(engine: Any, path: Any, tokenizer: Any = None) -> None:
     """Gather the full weights (collective) and write a ``from_pretrained`` folder on rank 0."""
     full = {name: tensor.detach().to("cpu") for name, tensor in engine.mm.hf_weights()}
     if dist.get_rank() == 0:
-        write_hf_folder(engine.mm.hf_config, full, path)
+        write_hf_folder(engine.mm.hf_config, full, path, value_model=engine.mm.value_model)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(path))
     del full
     dist.barrier()
 
 
-def write_hf_folder(hf_config: Any, state: dict[str, torch.Tensor], path: Any) -> None:
-    """A HF model of ``hf_config`` holding ``state`` (HF names), saved with ``use_cache: true``."""
-    from transformers import AutoModelForCausalLM
+def write_hf_folder(hf_config: Any, state: dict[str, torch.Tensor], path: Any, *, value_model: bool = False) -> None:
+    """A HF model of ``hf_config`` holding ``state`` (HF names), saved with ``use_cache: true``; ``value_model``:
+    an ``AutoModelForTokenClassification`` with one label (the critic's layout, ``score.*``)."""
+    import copy
 
+    from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+    config = copy.deepcopy(hf_config)
+    if value_model:
+        config.num_labels = 1
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf_config)
+        model = (AutoModelForTokenClassification if value_model else AutoModelForCausalLM).from_config(config)
     model.load_state_dict(state, strict=True, assign=True)
     model.config.use_cache = True
     model.save_pretrained(str(path))

@@ -52,6 +52,7 @@ class MegatronTrainingEngine:
         world_size: ranks of the default process group.
         bucket_megabytes: bucket of the TP all-gather in :meth:`iter_weights` (MiB).
         load_weights: load the HF folder's weights (False: Megatron's initialisation, for a checkpoint to fill).
+        value_model: a value head instead of the vocabulary head (:class:`MegatronCriticEngine` sets it).
 
     Raises:
         verl.config.ConfigError: the layout does not fit the world or the model (names the keys).
@@ -72,6 +73,7 @@ class MegatronTrainingEngine:
         world_size: int = 1,
         bucket_megabytes: int = 2048,
         load_weights: bool = True,
+        value_model: bool = False,
     ) -> None:
         self.settings = settings
         self.options = options
@@ -86,6 +88,7 @@ class MegatronTrainingEngine:
             device=self.device,
             world_size=world_size,
             load_weights=load_weights,
+            value_model=value_model,
         )
         self.place = self.mm.place
         self.offloaded = False
@@ -159,6 +162,20 @@ class MegatronTrainingEngine:
                 forward_only=forward_only,
             )
 
+    def _outputs(
+        self, logits: torch.Tensor, inputs: Any, temperature: float, calculate_entropy: bool, entropy_grad: bool
+    ) -> dict[str, torch.Tensor]:
+        """What the last stage's output gives ``loss_fn``: ``log_probs`` (and ``entropys``) ``(b, resp_len)``."""
+        return response_stats(
+            logits,
+            inputs,
+            vocab_start=self.mm.vocab_start,
+            vocab_size=self.mm.shape.vocab_size,
+            temperature=temperature,
+            calculate_entropy=calculate_entropy,
+            entropy_grad=entropy_grad,
+        )
+
     @torch.no_grad()
     def compute_log_prob(self, data: Any, *, calculate_entropy: bool = False) -> Any:
         """Log-probs (and entropy) of ``data``'s responses, as the reference engine's ``compute_log_prob``.
@@ -176,7 +193,6 @@ class MegatronTrainingEngine:
             data, use_dynamic=s.infer_use_dynamic_bsz, micro=s.infer_micro_batch_size, max_tokens=s.infer_max_token_len
         )
         micros = [data.batch[torch.tensor(rows)] for rows in plan]
-        mm = self.mm
 
         def step(iterator: Iterator[Any], module: torch.nn.Module) -> Any:
             micro = next(iterator)
@@ -184,14 +200,7 @@ class MegatronTrainingEngine:
             output = module(inputs.input_ids, inputs.position_ids, inputs.attention_mask)
 
             def collect(logits: torch.Tensor) -> Any:
-                stats = response_stats(
-                    logits,
-                    inputs,
-                    vocab_start=mm.vocab_start,
-                    vocab_size=mm.shape.vocab_size,
-                    temperature=temperature,
-                    calculate_entropy=calculate_entropy,
-                )
+                stats = self._outputs(logits, inputs, temperature, calculate_entropy, True)
                 return logits.new_zeros(()), {k: v.cpu() for k, v in stats.items()}
 
             return output, collect
@@ -269,15 +278,7 @@ class MegatronTrainingEngine:
             output = module(inputs.input_ids, inputs.position_ids, inputs.attention_mask)
 
             def loss_func(logits: torch.Tensor) -> Any:
-                stats = response_stats(
-                    logits,
-                    inputs,
-                    vocab_start=mm.vocab_start,
-                    vocab_size=mm.shape.vocab_size,
-                    temperature=temperature,
-                    calculate_entropy=needs_entropy or entropy_metric,
-                    entropy_grad=needs_entropy,
-                )
+                stats = self._outputs(logits, inputs, temperature, needs_entropy or entropy_metric, needs_entropy)
                 loss, micro_metrics = loss_fn(micro, stats, norm)
                 for key, value in micro_metrics.items():
                     summed[key] += float(value)
@@ -393,3 +394,50 @@ class MegatronTrainingEngine:
             return {}
         self.offloaded = False
         return self.mm.onload()
+
+
+class MegatronCriticEngine(MegatronTrainingEngine):
+    """The critic (GAE value model) on Megatron: GPTModel with a one-output value head (:mod:`verl_megatron.value_head`).
+
+    As :class:`verl.engines.reference.critic.ReferenceCriticEngine`: the value of response token ``t`` is the head
+    at input position ``prompt_len - 1 + t``; ``train_batch(data, loss_fn)`` passes ``{"values": (b, resp_len)}``
+    and reports ``critic/grad_norm``, ``critic/lr``, ``critic/skipped_steps``. Args: as
+    :class:`MegatronTrainingEngine` (``model``: a value-model or causal-LM HF folder).
+    """
+
+    metric_prefix = "critic"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, value_model=True, **kwargs)
+
+    def _outputs(
+        self, logits: torch.Tensor, inputs: Any, temperature: float, calculate_entropy: bool, entropy_grad: bool
+    ) -> dict[str, torch.Tensor]:
+        values = logits[..., 0].float().gather(1, inputs.score_index)
+        return {"values": torch.where(inputs.response_valid, values, torch.zeros_like(values))}
+
+    @torch.no_grad()
+    def compute_values(self, data: Any) -> Any:
+        """Values of ``data``'s responses (no grad): DataProto with ``values`` ``(bs, resp_len)`` float32, input
+        row order, 0 on padding."""
+        from verl.protocol import DataProto
+
+        self.onload()
+        s = self.settings
+        plan = self._plan(
+            data, use_dynamic=s.infer_use_dynamic_bsz, micro=s.infer_micro_batch_size, max_tokens=s.infer_max_token_len
+        )
+        micros = [data.batch[torch.tensor(rows)] for rows in plan]
+
+        def step(iterator: Iterator[Any], module: torch.nn.Module) -> Any:
+            inputs = to_megatron_inputs(next(iterator), self.device)
+            output = module(inputs.input_ids, inputs.position_ids, inputs.attention_mask)
+
+            def collect(out: torch.Tensor) -> Any:
+                return out.new_zeros(()), {"values": self._outputs(out, inputs, 1.0, False, False)["values"].cpu()}
+
+            return output, collect
+
+        self.mm.module.train(False)
+        outs = self._from_last_stage(self._run(micros, step, forward_only=True))
+        return DataProto.from_dict(tensors={"values": restore_order(plan, [o["values"] for o in outs])})

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from verl_megatron import cpu_compat, parallel
+from verl_megatron import cpu_compat, parallel, value_head
 from verl_megatron import weights as wmap
 from verl_megatron.model_config import (
     ModelShape,
@@ -80,6 +80,7 @@ class MegatronModel:
         device: torch.device,
         world_size: int,
         load_weights: bool = True,
+        value_model: bool = False,
     ) -> None:
         from verl.config import ConfigError, ConfigIssue
         from verl.engines.dtypes import resolve_dtype
@@ -91,6 +92,7 @@ class MegatronModel:
         self.settings = settings
         self.model_path = model
         self.load_weights = load_weights
+        self.value_model = value_model  # the critic: a one-output value head instead of the vocabulary head
         self.hf_config = load_hf_config(
             model, trust_remote_code=settings.trust_remote_code, override_config=settings.override_config
         )
@@ -171,19 +173,36 @@ class MegatronModel:
     def _build(self, cfg: Any, first: bool, last: bool) -> torch.nn.Module:
         from megatron.core.models.gpt import GPTModel
 
+        kwargs = gpt_model_kwargs(self.shape, self.padded_vocab)
+        if self.value_model:
+            kwargs["share_embeddings_and_output_weights"] = False
         model = GPTModel(
             config=cfg,
             transformer_layer_spec=layer_spec(self.shape, self.impl),
             pre_process=first,
             post_process=last,
-            **gpt_model_kwargs(self.shape, self.padded_vocab),
+            **kwargs,
         )
+        head = None
+        if self.value_model and last:
+            head = value_head.attach(model, self.shape.hidden_size, self.dtype, "cpu")
         layers = list(model.decoder.layers)
         self.layer_offset = int(layers[0].layer_number) - 1 if layers else 0
         self.num_local_layers = len(layers)
         if not self.load_weights:
             return model.to(self.device)
-        wanted = [k for k in model.state_dict() if "_extra_state" not in k]
+        if head is not None:
+            value_head.load(
+                head,
+                self.model_path,
+                seed=int(self.options.seed),
+                initializer_range=float(getattr(self.hf_config, "initializer_range", 0.02)),
+            )
+        wanted = [
+            k
+            for k in model.state_dict()
+            if "_extra_state" not in k and not (self.value_model and k.startswith("output_layer."))
+        ]
         shard = wmap.load_hf_shard(
             self.model_path,
             wanted,
@@ -332,10 +351,16 @@ class MegatronModel:
 
     def _hf_meta(self) -> list[tuple[str, tuple[int, ...]]]:
         if not hasattr(self, "_manifest"):
-            from transformers import AutoModelForCausalLM
+            import copy
 
+            from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+            config = copy.deepcopy(self.hf_config)
+            if self.value_model:
+                config.num_labels = 1
             with torch.device("meta"):
-                meta = AutoModelForCausalLM.from_config(self.hf_config)
+                cls = AutoModelForTokenClassification if self.value_model else AutoModelForCausalLM
+                meta = cls.from_config(config)
             self._manifest = [(k, tuple(v.shape)) for k, v in meta.state_dict().items()]
         return self._manifest
 
@@ -366,6 +391,11 @@ class MegatronModel:
         state = {k: v for k, v in self.base.state_dict().items() if "_extra_state" not in k}
         out: dict[str, torch.Tensor] = {}
         for mname, tensor in state.items():
+            if self.value_model and mname.startswith("output_layer."):  # replicated value head: HF's score.*
+                hf_name = "score." + mname.split(".")[-1]
+                if hf_name in names:
+                    out[hf_name] = tensor.detach()
+                continue
             produced = wmap.hf_names_for(mname, self.shape, self.layer_offset)
             if not set(produced) & names:
                 continue

@@ -39,12 +39,16 @@ def _supported() -> str:
 
 
 def _architecture(hf_config: Any) -> str:
-    archs = list(getattr(hf_config, "architectures", None) or [])
+    # A value model saved by a critic (verl's load_valuehead_model: *ForTokenClassification) has the same decoder.
+    archs = [
+        a.replace("ForTokenClassification", "ForCausalLM") for a in getattr(hf_config, "architectures", None) or []
+    ]
     if archs:
         if len(archs) != 1 or archs[0] not in SUPPORTED:
             raise ValueError(
                 f"HF config field architectures={archs}: the megatron engine maps exactly one of {_supported()} "
-                "(dense decoders); use the fsdp or reference engine for other models"
+                "(dense decoders; their *ForTokenClassification value models too); use the fsdp or reference engine "
+                "for other models"
             )
         return archs[0]
     model_type = getattr(hf_config, "model_type", None)
