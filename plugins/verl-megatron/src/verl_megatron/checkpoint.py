@@ -65,6 +65,24 @@ def _ensure_optimizer_state(engine: Any) -> None:
                     state["exp_avg_sq"] = torch.zeros_like(param.data)
 
 
+def _restore_steps(engine: Any) -> None:
+    """Adam's per-parameter ``step`` from the loaded param groups' ``step`` (Megatron's one common step).
+
+    ``DistributedOptimizer.load_state_dict`` sets it, then ``load_parameter_state_from_dp_reshardable`` copies
+    every optimizer-state key of the load template over it, ``step`` included: the template's, not the
+    checkpoint's (measured: a checkpoint after step 1 resumed at step 0, a wrong bias correction).
+    """
+    for inner in engine.mm._inner_optimizers():
+        torch_opt = getattr(inner, "optimizer", None)
+        for group in getattr(torch_opt, "param_groups", []):
+            if group.get("step") is None:
+                continue
+            for param in group["params"]:
+                state = torch_opt.state.get(param)
+                if state and "step" in state:
+                    state["step"] = torch.tensor(float(group["step"]), dtype=torch.float32)
+
+
 def save(engine: Any, folder: Any) -> None:
     """Write model + optimizer shards and the counters under ``folder`` (collective)."""
     from megatron.core import dist_checkpointing
@@ -123,7 +141,8 @@ def load(engine: Any, folder: Any) -> None:
             "would load, but the optimizer state is stored per layout; resume with the same parallel sizes and "
             "world size, or `verl export` the checkpoint and start a new run from the HF folder"
         )
-    with engine.mm.compat(optimizer=True):
+    # no_grad: the distributed optimizer copies the loaded main params into views of the model's parameters.
+    with torch.no_grad(), engine.mm.compat(optimizer=True):
         if engine.trainable:
             _ensure_optimizer_state(engine)
         template = _sharded(engine, is_loading=True)
@@ -131,6 +150,7 @@ def load(engine: Any, folder: Any) -> None:
         engine.mm.base.load_state_dict(loaded["model"], strict=False)
         if engine.trainable:
             engine.mm.optimizer.load_state_dict(loaded["optimizer"])
+            _restore_steps(engine)
     engine.mm.optimizer_reload() if engine.trainable else None
     engine.global_step = int(info["global_step"])
     engine.skipped_steps = int(info["skipped_steps"])

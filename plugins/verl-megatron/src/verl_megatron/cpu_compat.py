@@ -13,7 +13,13 @@ Megatron-core assumes CUDA in a handful of places that have nothing to do with t
 * activation recompute (``recompute_granularity=full``: ``enable_gradient_checkpointing``) saves and restores the
   CUDA generator's state around the recomputed forward: while :func:`current_device_is_cpu` is open,
   ``megatron.core.tensor_parallel.random``'s ``_get_cuda_rng_state`` returns the CPU generator's state and
-  ``_set_cuda_rng_state`` does nothing (the CPU state itself is restored by Megatron beside it).
+  ``_set_cuda_rng_state`` does nothing (the CPU state itself is restored by Megatron beside it);
+* ``dist_checkpointing.save`` copies the shards to host memory with ``non_blocking=True`` and then calls
+  ``torch.cuda.synchronize()`` (``FileSystemWriterAsync.preload_tensors``): it does nothing while
+  :func:`current_device_is_cpu` is open (CPU copies are synchronous);
+* with pipeline stages and tied embeddings, ``LanguageModule.setup_embeddings_and_output_layer`` moves the shared
+  weight with ``weight.data.cuda()`` before all-reducing it over the embedding group: ``Tensor.cuda`` returns
+  the tensor itself while :func:`current_device_is_cpu` is open.
 
 Every shim is a context manager entered by the engine around its own calls into Megatron and undone on exit,
 so nothing else in the process (the rollout engine sharing it, the user's code) sees them. Listed in the
@@ -46,8 +52,16 @@ def current_device_is_cpu(active: bool = True) -> Iterator[None]:
         if _DEPTH == 0:
             from megatron.core.tensor_parallel import random as mrandom
 
-            _SAVED = (torch.cuda.current_device, mrandom._get_cuda_rng_state, mrandom._set_cuda_rng_state)
+            _SAVED = (
+                torch.cuda.current_device,
+                torch.cuda.synchronize,
+                torch.Tensor.cuda,
+                mrandom._get_cuda_rng_state,
+                mrandom._set_cuda_rng_state,
+            )
+            torch.Tensor.cuda = _stay_on_cpu  # type: ignore[method-assign]
             torch.cuda.current_device = _cpu_device  # type: ignore[assignment]
+            torch.cuda.synchronize = _no_cuda_rng_state  # type: ignore[assignment]  (a no-op of any arguments)
             mrandom._get_cuda_rng_state = _cpu_rng_state
             mrandom._set_cuda_rng_state = _no_cuda_rng_state
         _DEPTH += 1
@@ -59,7 +73,17 @@ def current_device_is_cpu(active: bool = True) -> Iterator[None]:
             if _DEPTH == 0:
                 from megatron.core.tensor_parallel import random as mrandom
 
-                torch.cuda.current_device, mrandom._get_cuda_rng_state, mrandom._set_cuda_rng_state = _SAVED
+                (
+                    torch.cuda.current_device,
+                    torch.cuda.synchronize,
+                    torch.Tensor.cuda,
+                    mrandom._get_cuda_rng_state,
+                    mrandom._set_cuda_rng_state,
+                ) = _SAVED
+
+
+def _stay_on_cpu(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    return tensor
 
 
 def _cpu_device() -> str:
