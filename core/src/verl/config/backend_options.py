@@ -56,6 +56,27 @@ def default_algorithm_registry() -> Any | None:
     return algorithm_lookup
 
 
+def role_data_parallel_size(cfg: RootConfig, role: str, world: int, plugin_manager: Any | None = None) -> int:
+    """Data-parallel ranks of ``role`` (``actor`` or ``critic``) on ``world`` training workers.
+
+    ``world`` unless the role's engine splits each model replica over several ranks: its options object answers
+    ``model_parallel_size()`` (verl-megatron: tensor x pipeline x context parallel sizes), and the per-rank batch
+    keys (``ppo_micro_batch_size_per_gpu``, verl's "per GPU" = per data-parallel rank) then count over
+    ``world // model_parallel_size``. Anything that cannot be answered here (no plugin manager, unknown engine,
+    bad options, a size not dividing the world) gives ``world``; those are reported by the backend checks.
+    """
+    pm = plugin_manager if plugin_manager is not None else default_plugin_manager()
+    if pm is None:
+        return world
+    try:
+        selection = next(s for s in selected_roles(cfg) if s.role == role)
+        options = role_options(cfg, role, pm.get(selection.kind, selection.name))
+        size = int(options.model_parallel_size()) if callable(getattr(options, "model_parallel_size", None)) else 1
+    except Exception:  # noqa: BLE001  (reported with its reason by validate_backend_options)
+        return world
+    return world // size if size >= 1 and world % size == 0 else world
+
+
 def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None) -> dict[str, Any]:
     """Check the selected backends and structure their options.
 

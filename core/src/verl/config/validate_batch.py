@@ -101,6 +101,16 @@ def _check_role(
     max_tokens: int | None,
 ) -> None:
     world = world_size(cfg)
+    from verl.config.backend_options import role_data_parallel_size
+
+    dp = role_data_parallel_size(cfg, "critic" if prefix == "critic" else "actor", world)
+    # "Per GPU" is per data-parallel rank (verl): the ranks of one model-parallel replica (Megatron) share it.
+    if dp == world:
+        what, short = "world size trainer.nnodes x trainer.n_gpus_per_node", f"world size ({world})"
+    else:
+        what = f"data-parallel size ({world} workers / {world // dp} ranks per model replica)"
+        short = f"data-parallel size ({dp} = {world} workers / {world // dp} ranks per model replica)"
+    world = dp
     n = cfg.actor_rollout_ref.rollout.n
     train = cfg.data.train_batch_size
     mini_key = f"{prefix}.ppo_mini_batch_size"
@@ -121,7 +131,7 @@ def _check_role(
         report.error(
             mini_key,
             f"{mini_key} ({mini}) x {ARR}.rollout.n ({n}) = {sequences} sequences must be divisible by the "
-            f"world size trainer.nnodes x trainer.n_gpus_per_node = {world}",
+            f"{what} = {world}",
         )
         return
     if dynamic:
@@ -140,7 +150,7 @@ def _check_role(
         report.error(
             micro_key,
             f"mini-batch per GPU ({per_gpu}) must be >= and a multiple of micro-batch per GPU ({micro}); "
-            f"mini-batch per GPU = {mini_key} ({mini}) x {ARR}.rollout.n ({n}) / world size ({world}). "
+            f"mini-batch per GPU = {mini_key} ({mini}) x {ARR}.rollout.n ({n}) / {short}. "
             f"Set {micro_key} to a divisor of {per_gpu} or raise {mini_key}",
         )
 

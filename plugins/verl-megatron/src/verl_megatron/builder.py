@@ -73,7 +73,7 @@ def build_megatron_training_engine(
         )
     opts = options if options is not None else MegatronEngineOptions()
     device_type = getattr(device, "type", str(device).split(":")[0])
-    model_parallel = opts.tensor_model_parallel_size * opts.pipeline_model_parallel_size * opts.context_parallel_size
+    model_parallel = opts.model_parallel_size()
     if world_size % model_parallel:
         raise ConfigError(
             ConfigIssue(

@@ -313,9 +313,11 @@ class MegatronTrainingEngine:
         """``(hf_name, tensor)`` in the HF model's state-dict order (collective: every rank consumes it all).
 
         Without ``layout``: full tensors on every rank (TP all-gather, PP broadcast), one weight at a time.
-        With the rollout's :class:`~verl.engines.weight_sync.layout.WeightLayout`: each rank gets its slice, cut
-        from the gathered full tensor (each weight is whole on a rank for a moment; counted in
-        ``stats.full_gathers``). Sending a TP shard straight to the rollout rank that wants exactly it is not built.
+        With the rollout's :class:`~verl.engines.weight_sync.layout.WeightLayout`: each rank gets its slice. When
+        the rollout's tensor-parallel split is this engine's (one pipeline stage, every slice equal to the piece
+        this rank's TP shard holds: the usual hybrid engine, rollout TP = training TP) the pieces are yielded
+        as they are, with no communication and no whole tensor anywhere; otherwise each slice is cut from the
+        gathered full tensor (counted in ``stats.full_gathers``).
         """
         self.onload()
         yield from self.mm.hf_weights(layout, stats=stats)

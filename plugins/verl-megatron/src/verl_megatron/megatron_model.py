@@ -23,6 +23,7 @@ from verl_megatron.model_config import (
     layer_spec,
     padded_vocab_size,
 )
+from verl_megatron.weights_out import HFWeightsOut
 
 logger = logging.getLogger(__name__)
 DIST_BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
@@ -60,7 +61,7 @@ def _te_available() -> bool:
     return importlib.util.find_spec("transformer_engine") is not None
 
 
-class MegatronModel:
+class MegatronModel(HFWeightsOut):
     """Build this rank's pipeline stage of the model and everything Megatron needs to train it.
 
     Args: see :class:`verl_megatron.engine.MegatronTrainingEngine` (``model`` is the HF folder).
@@ -346,113 +347,6 @@ class MegatronModel:
         if reload is not None:
             with self.compat(optimizer=True):
                 reload()
-
-    # ------------------------------------------------------------------ weights out
-
-    def _hf_meta(self) -> list[tuple[str, tuple[int, ...]]]:
-        if not hasattr(self, "_manifest"):
-            import copy
-
-            from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
-
-            config = copy.deepcopy(self.hf_config)
-            if self.value_model:
-                config.num_labels = 1
-            with torch.device("meta"):
-                cls = AutoModelForTokenClassification if self.value_model else AutoModelForCausalLM
-                meta = cls.from_config(config)
-            self._manifest = [(k, tuple(v.shape)) for k, v in meta.state_dict().items()]
-        return self._manifest
-
-    def hf_manifest(self) -> list[tuple[str, tuple[int, ...]]]:
-        """``(hf_name, full shape)`` of every weight, in the HF model's ``state_dict`` order."""
-        return list(self._hf_meta())
-
-    def _gather_tp(self, tensor: torch.Tensor) -> list[torch.Tensor]:
-        if self.layout.tp == 1:
-            return [tensor]
-        from megatron.core import parallel_state as ps
-
-        src = tensor.detach().to(self.comm_device).contiguous()
-        parts = [torch.empty_like(src) for _ in range(self.layout.tp)]
-        dist.all_gather(parts, src, group=ps.get_tensor_model_parallel_group())
-        return [p.to(self.device) for p in parts]
-
-    def _stage_of(self, hf_name: str) -> int:
-        per_stage = self.shape.num_layers // self.layout.pp
-        if hf_name.startswith("model.embed_tokens."):
-            return 0
-        if hf_name.startswith("model.layers."):
-            return int(hf_name.split(".")[2]) // per_stage
-        return self.layout.pp - 1
-
-    def _local_full(self, names: set[str]) -> dict[str, torch.Tensor]:
-        """Full HF tensors of ``names`` from this stage's TP shards (collective over the TP group)."""
-        state = {k: v for k, v in self.base.state_dict().items() if "_extra_state" not in k}
-        out: dict[str, torch.Tensor] = {}
-        for mname, tensor in state.items():
-            if self.value_model and mname.startswith("output_layer."):  # replicated value head: HF's score.*
-                hf_name = "score." + mname.split(".")[-1]
-                if hf_name in names:
-                    out[hf_name] = tensor.detach()
-                continue
-            produced = wmap.hf_names_for(mname, self.shape, self.layer_offset)
-            if not set(produced) & names:
-                continue
-            shards = self._gather_tp(tensor)
-            for hf_name, full in wmap.hf_from_gathered(
-                mname, shards, self.shape, layer_offset=self.layer_offset, padded_vocab=self.padded_vocab
-            ):
-                if hf_name in names:
-                    out[hf_name] = full
-        return out
-
-    def _groups(self) -> list[list[tuple[str, tuple[int, ...]]]]:
-        groups: list[list[tuple[str, tuple[int, ...]]]] = []
-        key = None
-        for name, shape in self._hf_meta():
-            k = ("layer", name.split(".")[2]) if name.startswith("model.layers.") else ("other", name)
-            if k != key:
-                groups.append([])
-                key = k
-            groups[-1].append((name, shape))
-        return groups
-
-    @torch.no_grad()
-    def hf_weights(self, layout: Any = None, *, stats: Any = None) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full HF-named weights (or this rank's rollout slice of each); see ``MegatronTrainingEngine.iter_weights``."""
-        from megatron.core import parallel_state as ps
-
-        rank = dist.get_rank()
-        pp_rank = self.place.pp_rank
-        tied = self.shape.tie_word_embeddings
-        with self.compat():
-            for group in self._groups():
-                names = {n for n, _ in group}
-                # Tied head: HF's state_dict lists lm_head.weight; it is the embedding.
-                source = {n: ("model.embed_tokens.weight" if tied and n == "lm_head.weight" else n) for n in names}
-                stage = self._stage_of(next(iter(source.values())))
-                full = self._local_full(set(source.values())) if stage == pp_rank else {}
-                for name, shape in group:
-                    tensor = full.get(source[name])
-                    if self.layout.pp > 1:
-                        if tensor is None:
-                            tensor = torch.empty(shape, dtype=self.dtype, device=self.comm_device)
-                        else:
-                            tensor = tensor.to(self.comm_device).contiguous()
-                        src = dist.get_global_rank(ps.get_pipeline_model_parallel_group(), stage)
-                        dist.broadcast(tensor, src=src, group=ps.get_pipeline_model_parallel_group())
-                        tensor = tensor.to(self.device)
-                    if layout is not None:
-                        piece = layout.slice_for(name, shape, rank)
-                        if piece is not None:
-                            tensor = tensor.narrow(piece.dim, piece.start, piece.length).clone()
-                        if stats is not None:
-                            stats.full_gathers += 1
-                    if stats is not None:
-                        stats.tensors += 1
-                        stats.bytes += tensor.numel() * tensor.element_size()
-                    yield name, tensor
 
     # ------------------------------------------------------------------ offload
 

@@ -309,6 +309,11 @@ class MegatronEngineOptions:
             "etp": self.expert_tensor_parallel_size,
         }
 
+    def model_parallel_size(self) -> int:
+        """Ranks per model replica, ``tp * pp * cp``: config load counts verl's per-GPU batch keys over
+        ``world // model_parallel_size()`` data-parallel ranks (``verl.config.backend_options.role_data_parallel_size``)."""
+        return self.tensor_model_parallel_size * self.pipeline_model_parallel_size * self.context_parallel_size
+
     def check_device(self, device_type: str, *, section: str = SECTION) -> None:
         """Refuse what cannot run on ``device_type`` (a torch device type: ``"cpu"``, ``"cuda"``).
 

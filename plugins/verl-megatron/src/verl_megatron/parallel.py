@@ -41,13 +41,14 @@ class ParallelLayout:
     @classmethod
     def from_options(cls, options: Any, world_size: int) -> ParallelLayout:
         """The layout of :class:`~verl_megatron.options.MegatronEngineOptions` over ``world_size`` ranks."""
+        sizes = options.parallel_sizes()
         return cls(
-            tp=int(options.tensor_model_parallel_size),
-            pp=int(options.pipeline_model_parallel_size),
-            vpp=options.virtual_pipeline_model_parallel_size,
-            cp=int(options.context_parallel_size),
-            ep=int(options.expert_model_parallel_size),
-            etp=options.expert_tensor_parallel_size,
+            tp=int(sizes["tp"]),
+            pp=int(sizes["pp"]),
+            vpp=sizes["vpp"],
+            cp=int(sizes["cp"]),
+            ep=int(sizes["ep"]),
+            etp=sizes["etp"],
             world_size=int(world_size),
         )
 
