@@ -55,6 +55,29 @@ def _set_torch_steps(inner: Any, steps: list[Any]) -> None:
             state[p]["step"] = step.clone()
 
 
+def _embedding_padding_idx(embedding: torch.nn.Module, padding_idx: int) -> None:
+    """Give Megatron's vocab-parallel embedding HF's ``nn.Embedding(padding_idx=pad_token_id)`` semantics.
+
+    HF decoders (``LlamaModel.embed_tokens``) never update the pad token's row from its lookups; Megatron's
+    embedding has no padding index, so a response that samples the pad id (SmolLM2's pad is a real token) would
+    get another gradient than the reference and FSDP engines. The lookup output at those positions is detached:
+    the forward is unchanged, the row gets no gradient from them (a tied LM head still trains it, as in HF).
+    """
+
+    def hook(module: torch.nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
+        tokens = args[0]
+        if tuple(output.shape[:-1]) != tuple(tokens.shape):
+            # Sequence parallel reduce-scatters the lookup (output no longer lines up with the tokens).
+            notice_once("pad_sp", "verl-megatron: pad-token embedding gradients not masked under sequence_parallel")
+            return output
+        hit = (tokens == padding_idx).unsqueeze(-1)
+        if not bool(hit.any()):
+            return output
+        return torch.where(hit, output.detach(), output)
+
+    embedding.register_forward_hook(hook)
+
+
 def _te_available() -> bool:
     import importlib.util
 
@@ -187,6 +210,9 @@ class MegatronModel(HFWeightsOut):
         head = None
         if self.value_model and last:
             head = value_head.attach(model, self.shape.hidden_size, self.dtype, "cpu")
+        pad = getattr(self.hf_config, "pad_token_id", None)
+        if first and pad is not None:
+            _embedding_padding_idx(model.embedding.word_embeddings, int(pad))
         layers = list(model.decoder.layers)
         self.layer_offset = int(layers[0].layer_number) - 1 if layers else 0
         self.num_local_layers = len(layers)
