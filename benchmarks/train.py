@@ -12,7 +12,14 @@ peak RSS is its own) on core's ``reference`` training engine with the example co
 ``--train-tokens`` / ``--infer-tokens`` change them):
 
 * ``packed``: ``model.use_remove_padding=true`` (the default): every micro-batch is one row of real tokens;
-* ``padded``: ``use_remove_padding=false``: rows padded to the micro-batch's longest prompt + response.
+* ``padded``: ``use_remove_padding=false``: rows padded to the micro-batch's longest prompt + response;
+* ``megatron-tp1`` / ``megatron-tp2`` / ``megatron-tp3``: the ``megatron`` engine (verl-megatron: Megatron-core's GPTModel, local
+  layer spec, float32, distributed optimizer) with the same settings, at tensor-parallel size 1 (one process) and 2 or 3
+  (gloo processes under ``torch.distributed.run``, each with half the threads and the same rows, as the
+  worker's ``actor`` mesh hands them to one data-parallel replica). Megatron runs padded BSHD micro-batches
+  (``use_remove_padding`` does not apply). A layout the model cannot take (TP=2 with SmolLM2's 9 heads) is
+  reported as refused with the engine's config error, and the other variants still run. The matmul peak beside a TP=2 pass is the sum of both ranks' peaks
+  (each measured with its own threads at the same moment); tokens/s counts each token once, not once per rank.
 
 Per repetition, each variant times ``compute_log_prob`` (forward only, no grad: the ``old_log_prob``
 stage) and ``train_batch`` (forward + backward + AdamW step over the batch as one mini-batch: the
@@ -45,7 +52,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-VARIANTS = {"packed": True, "padded": False}
+#: variant -> (engine, use_remove_padding, tensor-parallel size)
+VARIANTS = {
+    "packed": ("reference", True, 1),
+    "padded": ("reference", False, 1),
+    "megatron-tp1": ("megatron", False, 1),
+    "megatron-tp2": ("megatron", False, 2),
+    # SmolLM2-135M has 9 heads / 3 KV heads: TP=2 is refused (a config error naming the key); TP=3 divides them.
+    "megatron-tp3": ("megatron", False, 3),
+}
+DEFAULT_VARIANTS = ["packed", "padded"]
 
 
 # ---------------------------------------------------------------------------------------------- workload
@@ -98,18 +114,52 @@ def executed_flops(model_config: Any, seq_lens: list[int], resp_lens: list[int])
 
 
 # ---------------------------------------------------------------------------------------------- worker
-def run_variant(args: argparse.Namespace) -> dict:
-    """One variant in this process: warm-up, then ``--inner`` timed log-prob and training passes."""
+def _build_engine(args: argparse.Namespace, path: Any, settings: Any, optim: Any) -> tuple[Any, int]:
+    """The variant's engine and its tensor-parallel size (Megatron's process group comes from torchrun's env)."""
+    engine_name, _, tp = VARIANTS[args.worker]
+    if engine_name == "reference":
+        from verl.engines.reference.training import ReferenceTrainingEngine
+
+        return ReferenceTrainingEngine(path, settings, optim=optim, total_training_steps=100), 1
+    from verl_megatron.engine import MegatronTrainingEngine
+    from verl_megatron.options import MegatronEngineOptions
+
+    options = MegatronEngineOptions(tensor_model_parallel_size=tp, dtype="float32")
+    engine = MegatronTrainingEngine(
+        path, settings, options=options, optim=optim, total_training_steps=100, device="cpu", world_size=tp
+    )
+    return engine, tp
+
+
+def _sum_over_ranks(values: list[float], tp: int) -> list[float]:
+    """Element-wise sum over the TP ranks (the machine's peak is the sum of what each rank measured)."""
+    if tp == 1:
+        return values
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def run_variant(args: argparse.Namespace) -> dict | None:
+    """One variant in this process: warm-up, then ``--inner`` timed log-prob and training passes.
+
+    Returns the result on rank 0, None on the other ranks of a TP=2 run.
+    """
     import resource
 
     import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from verl.config import load_config
-    from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine
+    from verl.engines.reference.training import EngineSettings
     from verl.models import load_tokenizer, resolve_model_path
     from verl.workers.losses import make_ppo_loss
 
-    torch.set_num_threads(args.threads)
+    tp = VARIANTS[args.worker][2]
+    torch.set_num_threads(max(1, args.threads // tp))
     path = resolve_model_path(common.MODEL)
     tokenizer = load_tokenizer(path)
     data = build_batch(tokenizer, args.rows, args.max_prompt_length, args.response_length)
@@ -119,11 +169,17 @@ def run_variant(args: argparse.Namespace) -> dict:
         max_token_len=args.train_tokens,
         infer_use_dynamic_bsz=True,
         infer_max_token_len=args.infer_tokens,
-        use_remove_padding=VARIANTS[args.worker],
+        use_remove_padding=VARIANTS[args.worker][1],
     )
     cfg = load_config(None)
     start = time.perf_counter()
-    engine = ReferenceTrainingEngine(path, settings, optim=cfg.actor_rollout_ref.actor.optim, total_training_steps=100)
+    from verl.config import ConfigError
+
+    try:
+        engine, tp = _build_engine(args, path, settings, cfg.actor_rollout_ref.actor.optim)
+    except ConfigError as exc:  # every rank raises the same error; rank 0 reports it
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        return {"variant": args.worker, "refused": str(exc)} if rank == 0 else None
     load_s = time.perf_counter() - start
     loss_fn = make_ppo_loss(cfg.actor_rollout_ref.actor)
     logprob_s, train_s, logprob_peak, train_peak = [], [], [], []
@@ -141,12 +197,22 @@ def run_variant(args: argparse.Namespace) -> dict:
         if i > 0:  # the first pass of each kind is warm-up
             logprob_s.append(t1 - t0)
             train_s.append(t3 - t2)
-            logprob_peak.append(common.mean_peaks(p0, p1)["fp32_GFLOPs"])
-            train_peak.append(common.mean_peaks(p1, p2)["fp32_GFLOPs"])
+            lp, tr = _sum_over_ranks(
+                [common.mean_peaks(p0, p1)["fp32_GFLOPs"], common.mean_peaks(p1, p2)["fp32_GFLOPs"]], tp
+            )
+            logprob_peak.append(lp)
+            train_peak.append(tr)
+    hf_config = AutoConfig.from_pretrained(str(path))
+    with torch.device("meta"):  # N of the HF model (tied embedding once), whatever the engine's sharding
+        params = sum(p.numel() for p in AutoModelForCausalLM.from_config(hf_config).parameters())
+    if tp > 1 and torch.distributed.get_rank() != 0:
+        return None
     mask = data.batch["attention_mask"]
     resp = data.batch["response_mask"]
     return {
         "variant": args.worker,
+        "engine": VARIANTS[args.worker][0],
+        "tensor_parallel_size": tp,
         "load_s": load_s,
         "logprob_s": logprob_s,
         "train_s": train_s,
@@ -157,16 +223,23 @@ def run_variant(args: argparse.Namespace) -> dict:
         "padded_tokens": int(mask.numel()),
         "seq_lens": [int(x) for x in mask.sum(-1)],
         "resp_lens": [int(x) for x in resp.sum(-1)],
-        "params": sum(p.numel() for p in engine.model.parameters()),
-        "config": engine.model.config.to_dict(),
-        "threads": torch.get_num_threads(),
+        "params": params,
+        "config": hf_config.to_dict(),
+        "threads": torch.get_num_threads() * tp,
         "peak_rss_GB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
     }
 
 
 def spawn(variant: str, args: argparse.Namespace) -> tuple[dict, dict, float]:
-    """Run one variant in a child process; returns its result, the CPU watch and its own peak RSS (GB)."""
+    """Run one variant in a child process (TP > 1: a ``torch.distributed.run`` launcher and its ranks); returns
+    its result, the CPU watch and the peak RSS of the largest of its processes (GB)."""
     cmd = [sys.executable, __file__, "--worker", variant, *args.passthrough]
+    tp = VARIANTS[variant][2]
+    if tp > 1:
+        from verl.engines.weight_sync import free_port
+
+        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={tp}"]
+        cmd = [*launcher, f"--master-port={free_port()}", __file__, "--worker", variant, *args.passthrough]
     with common.CpuWatch() as watch:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         out = proc.stdout.read()
@@ -244,6 +317,8 @@ def markdown(result: dict) -> str:
             f"| {r['mfu_vs_best_peak']:.0%} | {r['peak_rss_GB']:.1f} GB | {common.fmt_share(r['others_cpu_max'])} "
             f"| {common.fmt_share(r['steal_cpu_max'])} |"
         )
+    for variant, reason in result.get("refused", {}).items():
+        lines += ["", f"{variant}: not run, the engine refused the layout: " + " ".join(reason.split())]
     by = {(r["variant"], r["stage"]): r for r in result["rows"]}
     stages = sorted({r["stage"] for r in result["rows"]})
     if all(("packed", s) in by and ("padded", s) in by for s in stages):
@@ -252,12 +327,25 @@ def markdown(result: dict) -> str:
             for s in stages
         )
         lines += ["", f"packing speed-up (padded / packed seconds): {speedups}"]
+    for variant in ("megatron-tp1", "megatron-tp2", "megatron-tp3"):
+        if all((variant, s) in by and ("packed", s) in by for s in stages):
+            ratios = ", ".join(
+                f"{s.split(' (')[0]} {by[(variant, s)]['seconds_median'] / by[('packed', s)]['seconds_median']:.2f}x"
+                for s in stages
+            )
+            lines += ["", f"{variant} vs the reference engine (megatron / packed seconds): {ratios}"]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=DEFAULT_VARIANTS,
+        choices=list(VARIANTS),
+        help="megatron-tp1 / megatron-tp2 need verl-megatron (megatron-core) installed",
+    )
     parser.add_argument("--reps", type=int, default=3, help="processes per variant (alternating)")
     parser.add_argument("--inner", type=int, default=2, help="timed passes per process after the warm-up")
     parser.add_argument("--rows", type=int, default=32)
@@ -271,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", choices=list(VARIANTS), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(run_variant(args)))
+        result = run_variant(args)
+        if result is not None:
+            print(json.dumps(result))
         return 0
     args.passthrough = [
         f"--inner={args.inner}",
@@ -288,9 +378,17 @@ def main(argv: list[str] | None = None) -> int:
     load_start = common.load_avg()
     machine = common.measure_machine()
     runs: dict[str, list[dict]] = {v: [] for v in args.variants}
+    refused: dict[str, str] = {}
     for rep in range(args.reps):
         for variant in args.variants:
+            if variant in refused:
+                continue
             result, cpu, rss = spawn(variant, args)
+            if "refused" in result:
+                refused[variant] = result["refused"]
+                runs.pop(variant)
+                print(f"{variant} refused: {result['refused']}", file=sys.stderr)
+                continue
             result["_cpu"], result["_rss_GB"] = cpu, rss
             runs[variant].append(result)
             print(
@@ -309,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_start": load_start,
         "load_avg_end": common.load_avg(),
         "runs": runs,
+        "refused": refused,
     }
     result["rows"] = summarise(runs, machine)
     common.write_results(result, markdown(result), args.json, args.md)
