@@ -13,13 +13,14 @@ peak RSS is its own) on core's ``reference`` training engine with the example co
 
 * ``packed``: ``model.use_remove_padding=true`` (the default): every micro-batch is one row of real tokens;
 * ``padded``: ``use_remove_padding=false``: rows padded to the micro-batch's longest prompt + response;
-* ``megatron-tp1`` / ``megatron-tp2`` / ``megatron-tp3``: the ``megatron`` engine (verl-megatron: Megatron-core's GPTModel, local
-  layer spec, float32, distributed optimizer) with the same settings, at tensor-parallel size 1 (one process) and 2 or 3
-  (gloo processes under ``torch.distributed.run``, each with half the threads and the same rows, as the
-  worker's ``actor`` mesh hands them to one data-parallel replica). Megatron runs padded BSHD micro-batches
-  (``use_remove_padding`` does not apply). A layout the model cannot take (TP=2 with SmolLM2's 9 heads) is
-  reported as refused with the engine's config error, and the other variants still run. The matmul peak beside a TP=2 pass is the sum of both ranks' peaks
-  (each measured with its own threads at the same moment); tokens/s counts each token once, not once per rank.
+* ``megatron-tp1`` / ``megatron-tp2`` / ``megatron-tp3``: the ``megatron`` engine (verl-megatron:
+  Megatron-core's GPTModel, local layer spec, float32, distributed optimizer) with the same settings, at
+  tensor-parallel size 1 (one process) and 2 or 3 (gloo processes under ``torch.distributed.run``, each with
+  its share of the threads and the same rows, as the worker's ``actor`` mesh hands them to one data-parallel replica).
+  Megatron runs padded BSHD micro-batches (``use_remove_padding`` does not apply). A layout the model cannot
+  take (TP=2 with SmolLM2's 9 heads) is reported as refused with the engine's config error, and the other
+  variants still run. The matmul peak beside a TP > 1 pass is the sum of the ranks' peaks (each measured with its
+  own threads at the same moment); tokens/s counts each token once, not once per rank.
 
 Per repetition, each variant times ``compute_log_prob`` (forward only, no grad: the ``old_log_prob``
 stage) and ``train_batch`` (forward + backward + AdamW step over the batch as one mini-batch: the

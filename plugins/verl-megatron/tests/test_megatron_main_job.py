@@ -3,8 +3,8 @@ CPU workers through the Ray controller (``trainer.controller=ray trainer.n_gpus_
 
 The model is the tiny Llama of :mod:`verl.testing.tiny` (2 layers, width 32, 4 heads / 2 KV heads, vocab 104: TP=2
 splits heads, KV groups and vocab evenly) on 8 GSM8K questions with a digit-share reward, the settings of
-``tests/scale/conftest.py`` with 4 samples per prompt. Both TP ranks form one data-parallel replica, so the worker's ``actor`` mesh (from the
-engine's ``dispatch_info()``) hands them the same rows.
+``tests/scale/conftest.py`` with 4 samples per prompt. Both TP ranks form one data-parallel replica, so the worker's
+``actor`` mesh (from the engine's ``dispatch_info()``) hands them the same rows.
 
 * default: 3 steps finish; every step reports finite ``actor/pg_loss``, ``actor/grad_norm``, ``timing_s/gen``
   and ``response_length/mean``; step 1's gradient is not zero;
