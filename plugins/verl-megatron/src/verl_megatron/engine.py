@@ -251,6 +251,7 @@ class MegatronTrainingEngine:
                     self._train_mini_batch(data[order[start : start + mini]], loss_fn, temperature, metrics)
         finally:
             self.mm.module.train(False)
+        self._shadow.step()  # a no-op (its parameter has no gradient); keeps torch's step-order check quiet
         self.lr_scheduler.step()
         self.global_step += 1
         metrics[f"{self.metric_prefix}/skipped_steps"].append(float(self.skipped_steps))
