@@ -12,6 +12,8 @@ count. Mirrors the intent of ``verl/utils/seqlen_balancing.py:rearrange_micro_ba
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -111,3 +113,47 @@ def trim_padding(
         left,
         kept_resp,
     )
+
+
+def mini_batch_schedule(
+    num_rows: int, settings: Any, *, global_step: int, old_log_prob_source: str | None = None
+) -> list[torch.Tensor]:
+    """Row indices of each optimizer step of one ``train_batch`` call: ``ppo_epochs`` passes over the batch in
+    mini-batches of ``settings.mini_batch_size`` rows, reshuffled per epoch when ``settings.shuffle``.
+
+    The shuffle is seeded by ``data_loader_seed + 1_000_003 * global_step + epoch``, so every engine (and every
+    rank) following this schedule visits the rows in the same order (verl: ``ppo_epochs`` x ``shuffle`` in
+    ``dp_actor.update_policy``).
+
+    Args:
+        num_rows: rows of the batch.
+        settings: an :class:`~verl.engines.reference.training.EngineSettings` (``mini_batch_size``, ``ppo_epochs``,
+            ``shuffle``, ``data_loader_seed``).
+        global_step: training steps done so far (``train_batch`` calls).
+        old_log_prob_source: the batch's ``meta_info["old_log_prob_source"]``; ``"on_policy"`` (the update reuses
+            the forward's own log-probs as old ones) needs exactly one optimizer step.
+
+    Returns:
+        one int64 index tensor per optimizer step, in order.
+
+    Raises:
+        ValueError: rows not divisible into mini-batches, or on-policy reuse with more than one step.
+    """
+    mini = min(int(settings.mini_batch_size), num_rows)
+    if mini < 1 or num_rows % mini:
+        raise ValueError(f"batch of {num_rows} rows is not divisible into mini-batches of {mini} rows")
+    epochs = int(settings.ppo_epochs)
+    if old_log_prob_source == "on_policy" and (epochs != 1 or mini != num_rows):
+        raise ValueError(
+            f"on-policy log-prob reuse needs one optimizer step per batch, but this update takes "
+            f"{epochs} epoch(s) of {num_rows // mini} mini-batch(es): set "
+            "actor_rollout_ref.actor.reuse_on_policy_log_prob=false or ppo_mini_batch_size=train_batch_size"
+        )
+    steps: list[torch.Tensor] = []
+    for epoch in range(epochs):
+        order = torch.arange(num_rows)
+        if settings.shuffle:
+            gen = torch.Generator().manual_seed(int(settings.data_loader_seed) + 1_000_003 * global_step + epoch)
+            order = torch.randperm(num_rows, generator=gen)
+        steps.extend(order[start : start + mini] for start in range(0, num_rows, mini))
+    return steps

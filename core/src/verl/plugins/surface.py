@@ -28,7 +28,8 @@ The rules that come with the list:
   and ``reset_plugin_manager`` (a plugin's unit tests).
 * 2.2 (minor: names added): ``verl.config.ConfigIssue`` (a factory's config error naming its key), and the
   batch helpers every training engine needs to follow the reference engine's semantics:
-  ``verl.engines.micro_batch``'s ``fixed_size_plan``, ``token_budget_plan``, ``restore_order`` and
+  ``verl.engines.micro_batch``'s ``fixed_size_plan``, ``token_budget_plan``, ``restore_order``,
+  ``mini_batch_schedule`` and
   ``verl.engines.optim``'s ``build_optimizer``, ``build_lr_scheduler`` (verl-megatron uses them).
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
@@ -78,7 +79,7 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     "verl.config": ("ConfigError", "load_config", "role_options", "ConfigIssue"),
     # 2.2: micro-batch plans and the optimizer / LR schedule of the reference engine (an engine that is not a
     # ReferenceTrainingEngine subclass keeps its semantics with these).
-    "verl.engines.micro_batch": ("fixed_size_plan", "token_budget_plan", "restore_order"),
+    "verl.engines.micro_batch": ("fixed_size_plan", "token_budget_plan", "restore_order", "mini_batch_schedule"),
     "verl.engines.optim": ("build_optimizer", "build_lr_scheduler"),
     "verl.plugins.discovery": ("PLUGIN_API_VERSION",),
     "verl.plugins.specs": (

@@ -31,7 +31,7 @@ import torch
 from verl.algorithms.loss_agg import compute_global_batch_info
 from verl.engines import attention
 from verl.engines.dtypes import resolve_dtype
-from verl.engines.micro_batch import fixed_size_plan, restore_order, token_budget_plan
+from verl.engines.micro_batch import fixed_size_plan, mini_batch_schedule, restore_order, token_budget_plan
 from verl.engines.optim import build_lr_scheduler, build_optimizer
 from verl.engines.packing import packed_token_plan
 from verl.engines.reference.log_probs import LogProbForward
@@ -265,28 +265,18 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward):
         if not self.trainable:
             raise RuntimeError("this engine is forward-only (built with optim=None) and cannot train")
         self.onload()
-        s = self.settings
-        n = len(data)
-        mini = min(s.mini_batch_size, n)
-        if n % mini:
-            raise ValueError(f"batch of {n} rows is not divisible into mini-batches of {mini} rows")
+        steps = mini_batch_schedule(
+            len(data),
+            self.settings,
+            global_step=self.global_step,
+            old_log_prob_source=data.meta_info.get("old_log_prob_source"),
+        )
         temperature = float(data.meta_info.get("temperature", 1.0))
-        if data.meta_info.get("old_log_prob_source") == "on_policy" and (s.ppo_epochs != 1 or mini != n):
-            raise ValueError(
-                f"on-policy log-prob reuse needs one optimizer step per batch, but this update takes "
-                f"{s.ppo_epochs} epoch(s) of {n // mini} mini-batch(es): set "
-                "actor_rollout_ref.actor.reuse_on_policy_log_prob=false or ppo_mini_batch_size=train_batch_size"
-            )
         metrics: dict[str, list[float]] = defaultdict(list)
         self.model.train(True)
         try:
-            for epoch in range(s.ppo_epochs):
-                order = torch.arange(n)
-                if s.shuffle:
-                    gen = torch.Generator().manual_seed(s.data_loader_seed + 1_000_003 * self.global_step + epoch)
-                    order = torch.randperm(n, generator=gen)
-                for start in range(0, n, mini):
-                    self._train_mini_batch(data[order[start : start + mini]], loss_fn, temperature, metrics)
+            for rows in steps:
+                self._train_mini_batch(data[rows], loss_fn, temperature, metrics)
         finally:
             self.model.train(False)
         self.lr_scheduler.step()
