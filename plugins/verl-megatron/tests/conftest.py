@@ -73,3 +73,22 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if TIMINGS:
         shown = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in TIMINGS.items())
         terminalreporter.write_line(f"megatron launches: {shown}")
+
+
+@pytest.fixture(scope="module")
+def megatron_world_of_one() -> Any:
+    """A 1-rank gloo group for the in-process engines of one test module; Megatron's parallel state and the group
+    (when this fixture made it) are torn down after the module, so the next module starts clean."""
+    import torch.distributed as dist
+
+    from verl.engines.weight_sync import free_port
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    from megatron.core import parallel_state as ps
+
+    ps.destroy_model_parallel()
+    if created:
+        dist.destroy_process_group()

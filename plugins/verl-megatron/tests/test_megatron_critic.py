@@ -7,7 +7,6 @@ import copy
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from verl.config import load_config, role_options
 from verl.engines.reference.builders import build_reference_training_engine
@@ -16,20 +15,7 @@ from verl.testing.conformance.inputs import make_training_batch
 from verl.testing.tiny import save_tiny_model
 from verl.workers.losses import make_value_loss
 
-
-@pytest.fixture(scope="module", autouse=True)
-def world_of_one():
-    from verl.engines.weight_sync import free_port
-
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    yield
-    from megatron.core import parallel_state as ps
-
-    ps.destroy_model_parallel()
-    if created:
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("megatron_world_of_one")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from verl.testing.conformance.build import build_training_engine, load_kit_config, plugin_spec
 from verl.testing.conformance.inputs import make_training_batch, save_conformance_model
@@ -16,19 +15,7 @@ from verl.workers.losses import make_ppo_loss
 PAD = 3  # the tiny model's pad_token_id
 
 
-@pytest.fixture(scope="module", autouse=True)
-def world_of_one():
-    from verl.engines.weight_sync import free_port
-
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    yield
-    from megatron.core import parallel_state as ps
-
-    ps.destroy_model_parallel()
-    if created:
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("megatron_world_of_one")
 
 
 def test_pad_token_in_responses_trains_like_the_reference(tmp_path):

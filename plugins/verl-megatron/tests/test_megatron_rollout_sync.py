@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 
 pytest.importorskip("megatron.core")
 
@@ -36,20 +35,7 @@ RESPONSE_LENGTH = 16  # rollout_overrides' data.max_response_length
 LR = 0.05  # large enough that one Adam step (each weight moves by about lr) changes the greedy text
 
 
-@pytest.fixture(scope="module", autouse=True)
-def world_of_one():
-    """A 1-rank gloo group and Megatron's parallel state, torn down after the module (other tests start clean)."""
-    from verl.engines.weight_sync import free_port
-
-    created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    yield
-    from megatron.core import parallel_state as ps
-
-    ps.destroy_model_parallel()
-    if created:
-        dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("megatron_world_of_one")
 
 
 @pytest.fixture(scope="module")
