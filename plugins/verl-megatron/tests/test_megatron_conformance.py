@@ -25,3 +25,14 @@ class TestMegatronTrainingConformanceNoDistOpt(TrainingEngineTests):
     @classmethod
     def engine_kwargs(cls):
         return {"use_distributed_optimizer": False}
+
+
+class TestMegatronTrainingConformancePadToMiniBatchMax(TrainingEngineTests):
+    """verl's ``pad_bshd_to_minibatch_max``: micro-batches padded to the mini-batch's longest row; same numbers."""
+
+    strategy = "megatron"
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def engine_kwargs(cls):
+        return {"pad_bshd_to_minibatch_max": True}

@@ -144,6 +144,12 @@ class MegatronTrainingEngine:
             return token_budget_plan(mask.sum(-1), max_tokens, response_lens=mask[:, -resp_len:].sum(-1))
         return fixed_size_plan(len(data), micro or len(data))
 
+    def _pad_to(self, batch: Any) -> int | None:
+        """``pad_bshd_to_minibatch_max``: every micro-batch padded to the longest row of ``batch`` (else None)."""
+        if not self.options.pad_bshd_to_minibatch_max:
+            return None
+        return int(batch["attention_mask"].sum(-1).max())
+
     def _run(self, micros: list[Any], step: Any, *, forward_only: bool) -> list[Any]:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -193,10 +199,11 @@ class MegatronTrainingEngine:
             data, use_dynamic=s.infer_use_dynamic_bsz, micro=s.infer_micro_batch_size, max_tokens=s.infer_max_token_len
         )
         micros = [data.batch[torch.tensor(rows)] for rows in plan]
+        pad_to = self._pad_to(data.batch)
 
         def step(iterator: Iterator[Any], module: torch.nn.Module) -> Any:
             micro = next(iterator)
-            inputs = to_megatron_inputs(micro, self.device)
+            inputs = to_megatron_inputs(micro, self.device, pad_to=pad_to)
             output = module(inputs.input_ids, inputs.position_ids, inputs.attention_mask)
 
             def collect(logits: torch.Tensor) -> Any:
@@ -257,6 +264,7 @@ class MegatronTrainingEngine:
         norm = self._norm(mb)
         plan = self._plan(mb, use_dynamic=s.use_dynamic_bsz, micro=s.micro_batch_size, max_tokens=s.max_token_len)
         micros = [mb[rows] for rows in plan]
+        pad_to = self._pad_to(mb.batch)
         needs_entropy = bool(getattr(loss_fn, "needs_entropy", True))
         entropy_metric = bool(getattr(loss_fn, "entropy_metric", False))
         summed: dict[str, float] = defaultdict(float)
@@ -265,7 +273,7 @@ class MegatronTrainingEngine:
 
         def step(iterator: Iterator[Any], module: torch.nn.Module) -> Any:
             micro = next(iterator)
-            inputs = to_megatron_inputs(micro.batch, self.device)
+            inputs = to_megatron_inputs(micro.batch, self.device, pad_to=pad_to)
             output = module(inputs.input_ids, inputs.position_ids, inputs.attention_mask)
 
             def loss_func(logits: torch.Tensor) -> Any:
@@ -421,9 +429,10 @@ class MegatronCriticEngine(MegatronTrainingEngine):
             data, use_dynamic=s.infer_use_dynamic_bsz, micro=s.infer_micro_batch_size, max_tokens=s.infer_max_token_len
         )
         micros = [data.batch[torch.tensor(rows)] for rows in plan]
+        pad_to = self._pad_to(data.batch)
 
         def step(iterator: Iterator[Any], module: torch.nn.Module) -> Any:
-            inputs = to_megatron_inputs(next(iterator), self.device)
+            inputs = to_megatron_inputs(next(iterator), self.device, pad_to=pad_to)
             output = module(inputs.input_ids, inputs.position_ids, inputs.attention_mask)
 
             def collect(out: torch.Tensor) -> Any:
