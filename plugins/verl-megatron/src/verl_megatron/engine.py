@@ -204,7 +204,9 @@ class MegatronTrainingEngine:
         def step(iterator: Iterator[Any], module: torch.nn.Module) -> Any:
             micro = next(iterator)
             inputs = to_megatron_inputs(micro, self.device, pad_to=pad_to)
-            output = module(inputs.input_ids, inputs.position_ids, inputs.attention_mask)
+            output, selected = self.mm.forward(module, inputs)
+            if selected:  # the head ran on the scored positions: output column t scores response token t
+                inputs = inputs.scored_in_place()
 
             def collect(logits: torch.Tensor) -> Any:
                 stats = self._outputs(logits, inputs, temperature, calculate_entropy, True)
@@ -274,7 +276,9 @@ class MegatronTrainingEngine:
         def step(iterator: Iterator[Any], module: torch.nn.Module) -> Any:
             micro = next(iterator)
             inputs = to_megatron_inputs(micro.batch, self.device, pad_to=pad_to)
-            output = module(inputs.input_ids, inputs.position_ids, inputs.attention_mask)
+            output, selected = self.mm.forward(module, inputs)
+            if selected:  # the head ran on the scored positions: output column t scores response token t
+                inputs = inputs.scored_in_place()
 
             def loss_func(logits: torch.Tensor) -> Any:
                 stats = self._outputs(logits, inputs, temperature, needs_entropy or entropy_metric, needs_entropy)
@@ -433,7 +437,9 @@ class MegatronCriticEngine(MegatronTrainingEngine):
 
         def step(iterator: Iterator[Any], module: torch.nn.Module) -> Any:
             inputs = to_megatron_inputs(next(iterator), self.device, pad_to=pad_to)
-            output = module(inputs.input_ids, inputs.position_ids, inputs.attention_mask)
+            output, selected = self.mm.forward(module, inputs)
+            if selected:  # the head ran on the scored positions: output column t scores response token t
+                inputs = inputs.scored_in_place()
 
             def collect(out: torch.Tensor) -> Any:
                 return out.new_zeros(()), {"values": self._outputs(out, inputs, 1.0, False, False)["values"].cpu()}

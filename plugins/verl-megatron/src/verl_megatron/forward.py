@@ -43,6 +43,12 @@ class MegatronInputs:
     response_valid: torch.Tensor
     labels: torch.Tensor
 
+    def scored_in_place(self) -> MegatronInputs:
+        """These inputs for an output that holds only the scored positions (column ``t`` scores token ``t``)."""
+        b, resp_len = self.score_index.shape
+        index = torch.arange(resp_len, device=self.score_index.device).unsqueeze(0).expand(b, -1)
+        return attrs.evolve(self, score_index=index)
+
 
 def to_megatron_inputs(batch: Any, device: torch.device, pad_to: int | None = None) -> MegatronInputs:
     """Convert a verl micro-batch (``input_ids``, ``attention_mask`` ``(b, P + R)``, ``responses`` ``(b, R)``).

@@ -210,6 +210,10 @@ class MegatronModel(HFWeightsOut):
         head = None
         if self.value_model and last:
             head = value_head.attach(model, self.shape.hidden_size, self.dtype, "cpu")
+        self._head_rows: torch.Tensor | None = None
+        self.head_selects = last and not cfg.sequence_parallel
+        if self.head_selects:
+            self._select_head_rows(model.output_layer)
         pad = getattr(self.hf_config, "pad_token_id", None)
         if first and pad is not None:
             _embedding_padding_idx(model.embedding.word_embeddings, int(pad))
@@ -245,6 +249,35 @@ class MegatronModel(HFWeightsOut):
             raise ValueError(f"weights for {missing[:5]} were not produced from {self.model_path}")
         model.load_state_dict(shard, strict=False)
         return model.to(self.device)
+
+    def _select_head_rows(self, layer: torch.nn.Module) -> None:
+        """Run the output layer (vocabulary or value head) on the scored positions only.
+
+        With a 49k vocabulary the head costs about as much as the rest of a small model, and only the positions
+        that score a response token are read (the reference engine's ``logits_to_keep``). While
+        :meth:`forward` has rows set, the layer gets ``hidden[rows]`` ``(R, b, h)`` instead of ``(s, b, h)``.
+        The instance's ``forward`` is wrapped, so the state-dict names stay Megatron's.
+        """
+        inner = layer.forward
+
+        def forward(hidden: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            rows = self._head_rows
+            if rows is not None:
+                index = rows.t().unsqueeze(-1).expand(-1, -1, hidden.shape[-1])  # (R, b, h)
+                hidden = hidden.gather(0, index)
+            return inner(hidden, *args, **kwargs)
+
+        layer.forward = forward
+
+    def forward(self, module: torch.nn.Module, inputs: Any) -> tuple[torch.Tensor, bool]:
+        """``module`` (this stage, DDP-wrapped or not) on ``inputs``; returns ``(output, selected)``: on the last
+        stage the logits ``(b, R, V_local)`` of the scored positions only when ``selected``, else ``(b, s, ...)``
+        (hidden states on earlier stages)."""
+        self._head_rows = inputs.score_index if self.head_selects else None
+        try:
+            return module(inputs.input_ids, inputs.position_ids, inputs.attention_mask), self.head_selects
+        finally:
+            self._head_rows = None
 
     def _wrap_for_training(self, cfg: Any, optim: Any) -> None:
         from megatron.core.distributed import (
