@@ -177,6 +177,7 @@ REFUSED = [
     ("transformer_impl", "te", "must be one of ['auto', 'local', 'transformer_engine'], got 'te'"),
     ("dtype", "int8", "got 'int8'"),
     ("pad_to_length_bucket", "0", "must be an int >= 1, got 0"),
+    ("pad_to_length_bucket", "256", "256 is not accepted: it is the bucket of pad_to_length, which is not built"),
     ("seed", "abc", "expected int, got 'abc' (str)"),
     ("use_dist_checkpointing", "true", "true is not accepted: loading the initial weights from a Megatron dist"),
     ("dist_checkpointing_path", "/ckpt", "'/ckpt' is not accepted: loading the initial weights"),

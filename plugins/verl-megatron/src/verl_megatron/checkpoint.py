@@ -51,7 +51,7 @@ def _ensure_optimizer_state(engine: Any) -> None:
 
     Megatron's ``DistributedOptimizer.state_dict()`` (called by ``sharded_state_dict(is_loading=True)``) reads
     every parameter's ``step`` when neither Apex nor Transformer Engine is installed (the cpu case) and asserts
-    there is one; Megatron's own ``init_state_fn`` sets only the moments. The placeholders are overwritten by the
+    there is one; Megatron's own ``init_state_fn`` sets only the moments. These zeros are overwritten by the
     checkpoint's state.
     """
     for inner in engine.mm._inner_optimizers():

@@ -186,7 +186,7 @@ class MegatronEngineOptions:
             Results do not depend on it (padding is masked out). Default false here (verl: true): on cpu the
             extra padding only costs time.
         pad_to_length_bucket: verl's bucket of ``pad_to_length``; only read when ``pad_to_length`` is true, which is
-            refused here, so it changes nothing (accepted so verl's YAML loads; an int >= 1).
+            refused here: only verl's default 512 is accepted (so verl's YAML loads), any other value is refused.
         entropy_from_logits_with_chunking / entropy_from_logits_chunk_size: verl's engine-level copies of the
             role's keys of the same name; null = the role's key, a value here wins for this engine
             (:meth:`token_stats_overrides`).
@@ -223,7 +223,13 @@ class MegatronEngineOptions:
     override_ddp_config: dict[str, Any] = attrs.field(factory=dict, converter=_as_dict, validator=_mapping)
     use_mbridge: bool = attrs.field(default=True, validator=_bool)
     pad_bshd_to_minibatch_max: bool = attrs.field(default=False, validator=_bool)
-    pad_to_length_bucket: int = attrs.field(default=512, validator=_size)
+    pad_to_length_bucket: int = attrs.field(
+        default=512,
+        validator=[
+            _size,
+            _only(512, "it is the bucket of pad_to_length, which is not built (only false is accepted)"),
+        ],
+    )
     entropy_from_logits_with_chunking: bool | None = attrs.field(default=None, validator=_optional_bool)
     entropy_from_logits_chunk_size: int | None = attrs.field(default=None, validator=_optional_size)
     # verl keys not built here: only the value meaning "off".
