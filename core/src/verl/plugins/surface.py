@@ -31,6 +31,9 @@ The rules that come with the list:
   ``verl.engines.micro_batch``'s ``fixed_size_plan``, ``token_budget_plan``, ``restore_order``,
   ``mini_batch_schedule`` and
   ``verl.engines.optim``'s ``build_optimizer``, ``build_lr_scheduler`` (verl-megatron uses them).
+* 2.3 (minor: names added): ``verl.engines.weight_sync.names``, the checks on a weight update bound for a
+  rollout engine that loads its own copy of the checkpoint (names, shapes, fused groups, tied head) and the
+  bucketing that never splits a fused group (verl-vllm, verl-sglang, verl-trtllm share them).
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -126,6 +129,17 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     "verl.engines.weight_sync.group": ("free_port",),
     "verl.engines.weight_sync.layout": ("TP_KEY", "TensorParallelLayout", "divisors", "local_shape"),
     "verl.engines.weight_sync.reshard": ("dedupe_tied", "reshard_weights"),
+    # 2.3: checks on an update for an engine that loads its own checkpoint copy (vLLM, SGLang, TensorRT-LLM).
+    "verl.engines.weight_sync.names": (
+        "UnknownWeightError",
+        "FUSED_GROUPS",
+        "checkpoint_shapes",
+        "tied_embeddings",
+        "fused_group",
+        "check_specs",
+        "check_update",
+        "update_buckets",
+    ),
     # Conformance kits (test code: needs verl-core[testing]).
     "verl.testing.conformance": ("*",),
     "verl.testing.tiny": ("*",),
