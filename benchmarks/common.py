@@ -97,64 +97,82 @@ def fmt_share(x: float) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- roofline
-def measure_bandwidth(mib: int = 512, reps: int = 8) -> tuple[float, float]:
-    """Best read bandwidth (``x.sum()``) and copy bandwidth (``dst.copy_(src)``, read + write), bytes/s."""
+def _sync(device: str) -> None:
+    import torch
+
+    if device != "cpu":
+        torch.get_device_module(device).synchronize()
+
+
+def measure_bandwidth(mib: int = 512, reps: int = 8, device: str = "cpu") -> tuple[float, float]:
+    """Best read bandwidth (``x.sum()``) and copy bandwidth (``dst.copy_(src)``, read + write), bytes/s.
+
+    ``device``: ``cpu`` or an accelerator type (``cuda``); accelerator timings synchronize the device.
+    """
     import torch
 
     n = mib * 2**20 // 4
-    src, dst = torch.rand(n), torch.empty(n)
+    src, dst = torch.rand(n, device=device), torch.empty(n, device=device)
     dst.copy_(src)
     read = copy = 0.0
     for _ in range(reps):
+        _sync(device)
         start = time.perf_counter()
         src.sum()
+        _sync(device)
         read = max(read, n * 4 / (time.perf_counter() - start))
         start = time.perf_counter()
         dst.copy_(src)
+        _sync(device)
         copy = max(copy, 2 * n * 4 / (time.perf_counter() - start))
     return read, copy
 
 
-def measure_matmul(dtype: Any = None, n: int = 2048, reps: int = 5) -> float:
+def measure_matmul(dtype: Any = None, n: int = 2048, reps: int = 5, device: str = "cpu") -> float:
     """Best ``torch.mm`` throughput in FLOP/s for ``n x n`` matrices of ``dtype`` (``2 n^3`` FLOPs each)."""
     import torch
 
     dtype = dtype or torch.float32
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a, b = torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype)
     torch.mm(a, b)
     best = 0.0
     for _ in range(reps):
+        _sync(device)
         start = time.perf_counter()
         torch.mm(a, b)
+        _sync(device)
         best = max(best, 2 * n**3 / (time.perf_counter() - start))
     return best
 
 
-def measure_machine(previous: dict | None = None, *, bf16: bool = False) -> dict:
-    """Bandwidth and matmul peaks (GB/s, GFLOP/s), each the best of this measurement and ``previous``."""
+def measure_machine(previous: dict | None = None, *, bf16: bool = False, device: str = "cpu") -> dict:
+    """Bandwidth and matmul peaks (GB/s, GFLOP/s) of ``device``, each the best of this measurement and
+    ``previous``; an accelerator is measured with 2 GiB and 8192-wide matrices (its caches are large)."""
     import torch
 
-    read_bw, copy_bw = measure_bandwidth()
+    mib, n = (512, 2048) if device == "cpu" else (2048, 8192)
+    read_bw, copy_bw = measure_bandwidth(mib, device=device)
     now = {
         "bandwidth_GBps": read_bw / 1e9,
         "copy_bandwidth_GBps": copy_bw / 1e9,
-        "fp32_GFLOPs": measure_matmul(torch.float32) / 1e9,
-        "bf16_GFLOPs": measure_matmul(torch.bfloat16) / 1e9 if bf16 else math.nan,
+        "fp32_GFLOPs": measure_matmul(torch.float32, n, device=device) / 1e9,
+        "bf16_GFLOPs": measure_matmul(torch.bfloat16, n, device=device) / 1e9 if bf16 else math.nan,
     }
     if previous:
         now = {k: v if math.isnan(v) else max(v, float(previous.get(k) or 0.0)) for k, v in now.items()}
     return now
 
 
-def quick_peaks() -> dict[str, float]:
+def quick_peaks(device: str = "cpu") -> dict[str, float]:
     """A fast (~0.5 s) re-measurement of the fp32 matmul peak (GFLOP/s) and read bandwidth (GB/s).
 
     Shared (virtual) machines change speed by 2x within a minute, with nothing else running inside the
     guest: a figure is only comparable with a peak measured next to it. Benchmarks call this right before
     and after each timed pass and divide by the mean.
     """
-    read, _ = measure_bandwidth(mib=256, reps=3)
-    return {"fp32_GFLOPs": measure_matmul(n=1536, reps=3) / 1e9, "bandwidth_GBps": read / 1e9}
+    mib, n = (256, 1536) if device == "cpu" else (1024, 8192)
+    read, _ = measure_bandwidth(mib=mib, reps=3, device=device)
+    return {"fp32_GFLOPs": measure_matmul(n=n, reps=3, device=device) / 1e9, "bandwidth_GBps": read / 1e9}
 
 
 def mean_peaks(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -1,7 +1,13 @@
-"""Rollout throughput: core's ``hf`` engine vs the ``vllm`` plugin on the same GSM8K prompts, plus the roofline.
+"""Rollout throughput: core's ``hf`` engine vs the rollout plugins on the same GSM8K prompts, plus the roofline.
 
     OMP_NUM_THREADS=2 python benchmarks/rollout.py --batch-sizes 8 32 --reps 3 --json benchmarks/results/rollout.json \
         --md benchmarks/results/rollout.md
+    # on one NVIDIA GPU with the plugins' [cuda] extras installed (every engine in bfloat16 there):
+    python benchmarks/rollout.py --device cuda --engines hf vllm sglang trtllm --batch-sizes 32 64 256
+
+``--engines``: ``hf`` (core), ``vllm`` / ``vllm-bf16`` (verl-vllm; ``-bf16`` only matters on the CPU, where
+float32 is the default), ``sglang`` (verl-sglang) and ``trtllm`` (verl-trtllm), both CUDA-only. The sglang and
+trtllm rows have not been measured yet: no GPU machine has run this script.
 
 Both engines load SmolLM2-135M-Instruct (``verl.models.resolve_model_path``) in the same process, get the
 same left-padded prompts (the shipped GSM8K test split through ``verl.data.RLHFDataset``, chat template,
@@ -55,11 +61,12 @@ def score(samples: dict[tuple[str, int], list[dict]], machine: dict, params: int
     rows = []
     for (kind, bs), runs in samples.items():
         rates = [r["tokens"] / r["seconds"] for r in runs]
-        bytes_per_param = 2 if kind == "vllm-bf16" else 4
+        half = is_bf16(kind, machine.get("device", "cpu"))
+        bytes_per_param = 2 if half else 4
         fractions, bounds = [], []
         for r, rate in zip(runs, rates, strict=True):
             near = r.get("peaks") or machine
-            peak = (machine["bf16_GFLOPs"] if kind == "vllm-bf16" else near["fp32_GFLOPs"]) * 1e9
+            peak = (machine["bf16_GFLOPs"] if half else near["fp32_GFLOPs"]) * 1e9
             bound = roofline(params, bytes_per_param, near["bandwidth_GBps"] * 1e9, peak, bs)
             bounds.append(bound)
             fractions.append(rate / bound)
@@ -68,7 +75,7 @@ def score(samples: dict[tuple[str, int], list[dict]], machine: dict, params: int
             params,
             bytes_per_param,
             machine["bandwidth_GBps"] * 1e9,
-            machine["bf16_GFLOPs" if kind == "vllm-bf16" else "fp32_GFLOPs"] * 1e9,
+            machine["bf16_GFLOPs" if half else "fp32_GFLOPs"] * 1e9,
             bs,
         )
         rows.append(
@@ -96,8 +103,9 @@ def rescore(path: Path) -> int:
     """Re-measure the machine, keep the best numbers, recompute the best-roofline column of a result file."""
     result = json.loads(path.read_text())
     torch.set_num_threads(int(result["threads"]))
-    bf16 = any(r["engine"] == "vllm-bf16" for r in result["rows"])
-    machine = measure_machine(result["machine"], bf16=bf16)
+    device = result["machine"].get("device", "cpu")
+    bf16 = any(is_bf16(r["engine"], device) for r in result["rows"])
+    machine = measure_machine(result["machine"], bf16=bf16, device=device)
     result["machine"].update(machine)
     samples = {(r["engine"], r["batch"]): r["runs"] for r in result["rows"]}
     result["rows"] = score(samples, result["machine"], int(result["params"]))
@@ -105,6 +113,15 @@ def rescore(path: Path) -> int:
     path.write_text(json.dumps(result, indent=2))
     print(markdown(result))
     return 0
+
+
+ENGINES = ("hf", "vllm", "vllm-bf16", "sglang", "trtllm")
+GPU_ONLY = ("sglang", "trtllm")
+
+
+def is_bf16(kind: str, device: str) -> bool:
+    """Whether engine ``kind`` runs in bfloat16 here: every engine on an accelerator, ``vllm-bf16`` on the CPU."""
+    return device != "cpu" or kind == "vllm-bf16"
 
 
 def roofline(params: int, bytes_per_param: int, bandwidth: float, peak: float, bs: int) -> float:
@@ -133,7 +150,7 @@ def prompt_batches(tokenizer: Any, sizes: list[int], max_prompt_length: int) -> 
     return batches
 
 
-def rollout_config(response_length: int, prompt_length: int, dtype: str, vllm_options: dict) -> SimpleNamespace:
+def rollout_config(response_length: int, prompt_length: int, dtype: str) -> SimpleNamespace:
     return SimpleNamespace(
         n=1,
         temperature=0.7,
@@ -147,24 +164,41 @@ def rollout_config(response_length: int, prompt_length: int, dtype: str, vllm_op
         seed=0,
         dtype=dtype,
         max_num_seqs=1024,
-        engine_kwargs={"vllm": vllm_options},
+        engine_kwargs={},
     )
 
 
 def build_engine(kind: str, path: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[Any, float]:
+    """The engine ``kind`` on ``args.device`` with the benchmark's rollout settings; (engine, start-up seconds).
+
+    The plugins' engines get their defaults but for vLLM's context limit (prompt + response tokens); the rollout
+    section's ``max_num_seqs`` (1024) lets every engine take a whole batch at once.
+    """
     start = time.perf_counter()
+    device = args.device
+    dtype = "bfloat16" if is_bf16(kind, device) else "float32"
+    cfg = rollout_config(args.response_length, args.max_prompt_length, dtype)
+    if device != "cpu":
+        cfg.gpu_memory_utilization = 0.5  # the colocated trainer's share is left free, as in a hybrid run
+    context = args.max_prompt_length + args.response_length
     if kind == "hf":
         from verl.engines.reference.rollout import HFRolloutEngine
 
-        cfg = rollout_config(args.response_length, args.max_prompt_length, "float32", {})
-        engine = HFRolloutEngine(path, tokenizer, cfg, device="cpu")
-    else:
+        engine = HFRolloutEngine(path, tokenizer, cfg, device=device)
+    elif kind in ("vllm", "vllm-bf16"):
         from verl_vllm.engine import VLLMRolloutEngine
+        from verl_vllm.options import VLLMRolloutOptions
 
-        dtype = "bfloat16" if kind == "vllm-bf16" else "float32"
-        opts = {"max_model_len": args.max_prompt_length + args.response_length, "max_num_seqs": 256}
-        cfg = rollout_config(args.response_length, args.max_prompt_length, dtype, opts)
-        engine = VLLMRolloutEngine(path, tokenizer, cfg, device="cpu")
+        options = VLLMRolloutOptions(max_model_len=context)
+        engine = VLLMRolloutEngine(path, tokenizer, cfg, device=device, options=options)
+    elif kind == "sglang":
+        from verl_sglang.engine import SGLangRolloutEngine
+
+        engine = SGLangRolloutEngine(path, tokenizer, cfg, device=device, options=None)
+    else:
+        from verl_trtllm.engine import TRTLLMRolloutEngine
+
+        engine = TRTLLMRolloutEngine(path, tokenizer, cfg, device=device, options=None)
     return engine, time.perf_counter() - start
 
 
@@ -173,12 +207,13 @@ def run_once(engine: Any, batch: Any) -> dict:
     from verl.protocol import DataProto
 
     data = DataProto.from_dict(tensors={k: batch.batch[k] for k in batch.batch.keys()})
-    before = common.quick_peaks()
+    device = str(batch.batch["input_ids"].device.type)
+    before = common.quick_peaks(device)
     with common.CpuWatch() as watch:
         start = time.perf_counter()
         out = engine.generate(data)
         seconds = time.perf_counter() - start
-    peaks = common.mean_peaks(before, common.quick_peaks())
+    peaks = common.mean_peaks(before, common.quick_peaks(device))
     return {
         "seconds": seconds,
         "tokens": int(out.batch["response_mask"].sum()),
@@ -191,7 +226,8 @@ def run_once(engine: Any, batch: Any) -> dict:
 # ---------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=["hf", "vllm", "vllm-bf16"])
+    parser.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=list(ENGINES))
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (sglang and trtllm run on cuda only)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[8, 32])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--response-length", type=int, default=128)
@@ -201,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--md", type=Path, default=None, help="write the markdown table here")
     parser.add_argument("--rescore", type=Path, default=None, help="re-measure the machine for a result file")
     args = parser.parse_args(argv)
+    gpu_only = [e for e in args.engines if e in GPU_ONLY]
+    if gpu_only and args.device == "cpu":
+        parser.error(f"--engines {' '.join(gpu_only)} run on CUDA only: add --device cuda (on a GPU machine)")
     if args.rescore:
         return rescore(args.rescore)
     torch.set_num_threads(args.threads)
@@ -211,9 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     path = resolve_model_path(MODEL)
     tokenizer = load_tokenizer(path)
     batches = prompt_batches(tokenizer, args.batch_sizes, args.max_prompt_length)
+    batches = {bs: batch.to(args.device) for bs, batch in batches.items()}
 
-    bf16 = "vllm-bf16" in args.engines
-    machine = measure_machine(bf16=bf16)
+    bf16 = any(is_bf16(kind, args.device) for kind in args.engines)
+    machine = {**measure_machine(bf16=bf16, device=args.device), "device": args.device}
     engines, startup = {}, {}
     for kind in args.engines:
         engines[kind], startup[kind] = build_engine(kind, path, tokenizer, args)
@@ -239,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
 
-    machine = measure_machine(machine, bf16=bf16)  # again at the end: the best of both
+    machine = {**measure_machine(machine, bf16=bf16, device=args.device), "device": args.device}  # best of both
     rows = score(samples, machine, params)
     result = {
         "model": MODEL,
@@ -265,7 +305,7 @@ def markdown(result: dict) -> str:
     m = result["machine"]
     bf16 = "" if math.isnan(m.get("bf16_GFLOPs") or math.nan) else f" / {m['bf16_GFLOPs']:.0f} GFLOP/s bf16"
     lines = [
-        f"machine: {m.get('cpu', '?')} ({m.get('isa', '')}), {m['cores']} cores, {result['threads']} threads; best "
+        f"device: {m.get('device', 'cpu')}; machine: {m.get('cpu', '?')} ({m.get('isa', '')}), {m['cores']} cores, {result['threads']} threads; best "
         f"of the run: read bandwidth {m['bandwidth_GBps']:.1f} GB/s, matmul peak {m['fp32_GFLOPs']:.0f} GFLOP/s "
         f"fp32{bf16}; load average {result['load_avg_start']} -> {result['load_avg_end']}",
         "startup: " + ", ".join(f"{k} {v:.1f} s" for k, v in result["startup_s"].items()),
