@@ -92,13 +92,19 @@ def test_hf_budget_must_hold_one_prompt(hf_checked) -> None:
         ("expert_parallel_size=8", "issue #17"),
         ("data_parallel_size=2", "not built"),
         ("layered_summon=True", "issue #21"),
-        ("multi_stage_wake_up=True", "issue #18"),
         ("enable_rollout_routing_replay=True", "issue #17"),
     ],
 )
 def test_backend_independent_checks(override: str, words: str) -> None:
     message = _errors([f"{R}.name=vllm", f"{R}.{override}"])
     assert f"{R}.{override.split('=')[0]}" in message and words in message
+
+
+@pytest.mark.parametrize("value", ["True", "False"])
+def test_multi_stage_wake_up_takes_both_values(value: str) -> None:
+    # verl reads the key nowhere and always wakes in stages, as the hybrid switch here does for every engine.
+    cfg = load_config(overrides=[f"{R}.multi_stage_wake_up={value}"])
+    assert cfg.actor_rollout_ref.rollout.multi_stage_wake_up is (value == "True")
 
 
 def test_max_model_len_must_hold_prompt_and_response() -> None:

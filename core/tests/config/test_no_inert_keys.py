@@ -56,10 +56,13 @@ VALIDATED_ONLY: dict[str, str] = {
             "expert_parallel_size",
             "pipeline_model_parallel_size",
             "layered_summon",
-            "multi_stage_wake_up",
             "enable_rollout_routing_replay",
         )
     },
+    "actor_rollout_ref.rollout.multi_stage_wake_up": (
+        "verl reads it nowhere (its workers always resume weights, sync, then resume the KV cache); both values "
+        "are accepted and trainer/switching.py always wakes in those stages"
+    ),
     # verl keys kept so its scripts load, each refused off the value that does what verl does
     # (config/validate_compat.py, which says why).
     "actor_rollout_ref.actor.grad_clip": (

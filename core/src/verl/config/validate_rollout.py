@@ -34,7 +34,6 @@ NOT_BUILT: dict[str, tuple[object, str]] = {
     "expert_parallel_size": (1, "expert-parallel MoE rollout is not built (Megatron / MoE support, issue #17)"),
     "pipeline_model_parallel_size": (1, "pipeline-parallel rollout is not built; use tensor_model_parallel_size"),
     "layered_summon": (False, "LoRA rollout sync is not built (LoRA / SFT, issue #21)"),
-    "multi_stage_wake_up": (False, "an SGLang option; the SGLang rollout is not built (issue #18)"),
     "enable_rollout_routing_replay": (
         False,
         "MoE router replay (rollout routing recorded for the trainer) is not built (Megatron / MoE, issue #17)",

@@ -69,10 +69,12 @@ class RolloutConfig:
     8192; set it to match). ``hf``: ``max_num_seqs`` 1024 and no prefill token budget. ``load_format``
     defaults to ``auto`` (verl: ``dummy``) because this trainer does not sync weights before the first
     generation. The parallel sizes other than tensor parallel
-    and the MoE / LoRA / SGLang switches (``data_parallel_size``, ``expert_parallel_size``,
-    ``pipeline_model_parallel_size``, ``layered_summon``, ``multi_stage_wake_up``,
-    ``enable_rollout_routing_replay``) are accepted at verl's default only; any other value is refused
-    with the reason (:mod:`verl.config.validate_rollout`).
+    and the MoE / LoRA switches (``data_parallel_size``, ``expert_parallel_size``,
+    ``pipeline_model_parallel_size``, ``layered_summon``, ``enable_rollout_routing_replay``) are accepted at
+    verl's default only; any other value is refused with the reason (:mod:`verl.config.validate_rollout`).
+    ``multi_stage_wake_up`` takes either value: verl reads it nowhere (its workers always resume the weights,
+    sync, then resume the KV cache), and the hybrid switch here always wakes in those two stages
+    (:mod:`verl.trainer.switching`), for every engine.
     """
 
     name: str = fld("hf", doc="rollout engine plugin name: hf|vllm|sglang|trtllm|...")
@@ -118,7 +120,9 @@ class RolloutConfig:
     expert_parallel_size: int = fld(1, doc="expert-parallel size for MoE rollout; only 1 is built")
     pipeline_model_parallel_size: int = fld(1, doc="pipeline-parallel size of the rollout; only 1 is built")
     layered_summon: bool = fld(False, doc="LoRA: gather adapter layers one by one for the sync; not built")
-    multi_stage_wake_up: bool = fld(False, doc="SGLang: wake weights and KV cache in stages; not built")
+    multi_stage_wake_up: bool = fld(
+        False, doc="verl's SGLang switch, read by no verl code: waking is always staged (weights, sync, KV cache)"
+    )
     enable_rollout_routing_replay: bool = fld(False, doc="MoE: record the rollout's expert routing; not built")
     temperature: float = fld(1.0, doc="sampling temperature; also divides logits when log-probs are recomputed")
     top_k: int = fld(-1, doc="keep the k most likely tokens; -1 (or 0) = off")
