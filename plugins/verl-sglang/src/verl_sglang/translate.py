@@ -1,0 +1,204 @@
+"""verl rollout request -> SGLang requests -> verl rollout batch (pure functions, no SGLang import).
+
+Sources: verl ``async_sglang_server.py`` (``generate``: token ids in, ``max_new_tokens`` capped by the context,
+``output_token_logprobs`` as ``(logprob, token_id, text)``), SGLang ``srt/sampling/sampling_params.py``
+(``SamplingParams``: ``temperature=0`` means greedy -> ``top_k=1``; ``top_k=-1`` is the whole vocabulary and
+``0`` is refused; ``sampling_seed``) and ``srt/managers/schedule_batch.py`` (a matched stop id ends the output
+and stays in it; ``ignore_eos`` disables every stop id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from verl_sglang.server_args import CONTEXT_HEADROOM
+
+from verl.engines.reference.sampling import SamplingParams as VerlSampling
+
+# Per-row seeds from one call seed (meta_info["seed"]): distinct, reproducible seeds for the n samples of a prompt
+# (a shared seed would make them identical). SGLang takes signed 64-bit seeds.
+_SEED_STRIDE = 1_000_003
+_SEED_MOD = 1 << 63
+
+#: sleep(): what is released (verl's ServerAdapter.release at sleep_level 2: KV cache and weights).
+RELEASE_TAGS = ("kv_cache", "weights")
+#: wake order: the weights before the weight sync, the KV cache after it (verl engine_workers.py).
+WAKE_ORDER = ("weights", "kv_cache")
+
+
+def strip_left_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
+    """Prompt token ids per row without padding: ``input_ids[i][attention_mask[i] == 1]``.
+
+    Args:
+        input_ids: ``(bs, prompt_len)`` int64, left-padded.
+        attention_mask: ``(bs, prompt_len)`` 0/1.
+
+    Returns:
+        ``bs`` lists of ints, the exact tokens the trainer built (SGLang's ``input_ids``; nothing re-tokenised).
+    """
+    ids, mask = input_ids.cpu().tolist(), attention_mask.cpu().bool().tolist()
+    return [
+        [tok for tok, keep in zip(row, keep_row, strict=True) if keep] for row, keep_row in zip(ids, mask, strict=True)
+    ]
+
+
+def row_seeds(bs: int, sample_seed: torch.Tensor | None, call_seed: int | None, greedy: bool) -> list[int | None]:
+    """``sampling_seed`` of each row.
+
+    * greedy: ``None`` (no randomness);
+    * ``sample_seed`` ``(bs,)`` given: ``sample_seed[i] mod 2**63`` (a row samples the same tokens whatever batch
+      it is in, as with the ``hf`` engine);
+    * else ``call_seed`` (``meta_info["seed"]``): ``(call_seed * 1_000_003 + i) mod 2**63``;
+    * else ``None`` (the engine's generator, seeded with ``random_seed``).
+
+    SGLang applies ``sampling_seed`` only with ``enable_deterministic_inference``
+    (``srt/sampling/sampling_batch_info.py``); without it the seeds are sent and ignored.
+
+    Raises:
+        ValueError: ``sample_seed`` not of shape ``(bs,)``.
+    """
+    if greedy:
+        return [None] * bs
+    if sample_seed is not None:
+        if tuple(sample_seed.shape) != (bs,):
+            raise ValueError(f"sample_seed must have shape ({bs},), got {tuple(sample_seed.shape)}")
+        return [int(s) % _SEED_MOD for s in sample_seed.tolist()]
+    if call_seed is not None:
+        return [(int(call_seed) * _SEED_STRIDE + i) % _SEED_MOD for i in range(bs)]
+    return [None] * bs
+
+
+def max_new_tokens_per_row(prompt_lengths: Sequence[int], response_length: int, context: int) -> list[int]:
+    """``min(response_length, context - 2 - prompt_len)`` per row: what SGLang's scheduler will actually allow
+    (it keeps :data:`~verl_sglang.server_args.CONTEXT_HEADROOM` positions), so the request asks for no more.
+
+    Raises:
+        ValueError: a prompt leaves no room for one new token, naming the row, its length and the fix.
+    """
+    out = []
+    for i, plen in enumerate(prompt_lengths):
+        room = context - CONTEXT_HEADROOM - int(plen)
+        if room < 1:
+            raise ValueError(
+                f"prompt row {i} has {plen} tokens, which leaves no room in the SGLang engine's context_length "
+                f"({context}, {CONTEXT_HEADROOM} of them kept free by SGLang); lower data.max_prompt_length or raise "
+                "actor_rollout_ref.rollout.max_model_len"
+            )
+        out.append(min(int(response_length), room))
+    return out
+
+
+def sampling_params(
+    params: VerlSampling,
+    *,
+    max_new_tokens: int,
+    stop_token_ids: Sequence[int],
+    seed: int | None,
+    ignore_eos: bool = False,
+) -> dict[str, Any]:
+    """One SGLang ``sampling_params`` dict (a ``SamplingParams``' fields) for one row.
+
+    ``n=1`` (the trainer already repeated each prompt ``n`` times); greedy -> ``temperature=0`` (SGLang then
+    takes the argmax, ``top_k=1``) with ``top_p=1``, ``top_k=-1``; ``top_k <= 0`` (verl's off value -1) -> -1
+    (SGLang refuses 0); ``stop_token_ids`` = every EOS id (the matched id stays in ``output_ids``), none with
+    ``ignore_eos`` (SGLang ignores them then anyway); ``sampling_seed`` only when there is a seed.
+    """
+    out: dict[str, Any] = {
+        "n": 1,
+        "max_new_tokens": int(max_new_tokens),
+        "stop_token_ids": [] if ignore_eos else [int(i) for i in stop_token_ids],
+        "ignore_eos": bool(ignore_eos),
+    }
+    if params.greedy:
+        out.update(temperature=0.0, top_p=1.0, top_k=-1)
+    else:
+        out.update(
+            temperature=float(params.temperature),
+            top_p=float(params.top_p),
+            top_k=int(params.top_k) if params.top_k > 0 else -1,
+        )
+    if seed is not None:
+        out["sampling_seed"] = int(seed)
+    return out
+
+
+def _finish(meta: Mapping[str, Any]) -> tuple[str | None, str]:
+    reason = meta.get("finish_reason")
+    if isinstance(reason, Mapping):
+        return reason.get("type"), str(reason.get("message", ""))
+    return (str(reason) if reason is not None else None), ""
+
+
+def collect_outputs(
+    outputs: Sequence[Mapping[str, Any]], response_length: int, pad_token_id: int, want_log_probs: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SGLang ``Engine.generate`` outputs (one dict per row, input order) -> ``(responses, lengths, log_probs)``.
+
+    Each output: ``output_ids`` (the generated ids, a matched EOS included), ``meta_info["finish_reason"]`` (a dict
+    with ``type`` ``stop``/``length``/``abort``), and with log-probs ``meta_info["output_token_logprobs"]``, one
+    ``(logprob, token_id, text or None)`` per generated id.
+
+    Returns:
+        ``responses`` ``(bs, response_length)`` int64 right-padded with ``pad_token_id``; ``lengths`` ``(bs,)``
+        int64 (tokens generated, EOS included); ``log_probs`` ``(bs, response_length)`` float32, the chosen
+        token's log-prob at each generated position (0 elsewhere, and everywhere unless ``want_log_probs``).
+
+    Raises:
+        RuntimeError: SGLang aborted a request (its message quoted), or log-probs were asked for but are missing,
+            of another length than ``output_ids``, or for other tokens.
+    """
+    bs = len(outputs)
+    responses = torch.full((bs, response_length), pad_token_id, dtype=torch.long)
+    log_probs = torch.zeros((bs, response_length), dtype=torch.float32)
+    lengths = torch.zeros((bs,), dtype=torch.long)
+    for i, output in enumerate(outputs):
+        meta = output.get("meta_info") or {}
+        kind, message = _finish(meta)
+        if kind == "abort":
+            raise RuntimeError(f"SGLang aborted the request of row {i}: {message or 'no reason given'}")
+        tokens = [int(t) for t in output.get("output_ids") or []]
+        if want_log_probs:
+            entries = meta.get("output_token_logprobs")
+            if entries is None or len(entries) != len(tokens):
+                got = "none" if entries is None else f"{len(entries)}"
+                raise RuntimeError(
+                    f"SGLang returned {got} output_token_logprobs for the {len(tokens)} tokens of row {i}; the request "
+                    "asked for return_logprob=True"
+                )
+            if [int(e[1]) for e in entries] != tokens:
+                raise RuntimeError(
+                    f"SGLang's output_token_logprobs of row {i} are for other tokens than its output_ids"
+                )
+        tokens = tokens[:response_length]
+        n = len(tokens)
+        lengths[i] = n
+        if n:
+            responses[i, :n] = torch.tensor(tokens, dtype=torch.long)
+            if want_log_probs:
+                log_probs[i, :n] = torch.tensor([float(e[0]) for e in entries[:n]], dtype=torch.float32)
+    return responses, lengths, log_probs
+
+
+def wake_tags(requested: Sequence[str] | None, released: Sequence[str], multi_stage: bool) -> list[str]:
+    """Tags to resume for ``wake_up(requested)`` when ``released`` are still released, in verl's order.
+
+    * ``requested`` None: every released tag;
+    * ``multi_stage`` (``rollout.multi_stage_wake_up=true``): the requested tags that are released;
+    * otherwise: every released tag as soon as anything is requested (one stage: weights and KV cache come back
+      together before the weight sync, verl 0.4's single-stage wake-up).
+
+    SGLang raises when a tag is resumed that is not released (``offload_tags.remove``), so only released tags
+    are returned.
+
+    Raises:
+        ValueError: an unknown tag.
+    """
+    wanted = list(WAKE_ORDER) if requested is None else list(requested)
+    bad = [t for t in wanted if t not in WAKE_ORDER]
+    if bad:
+        raise ValueError(f"wake_up tags must be among {list(WAKE_ORDER)}, got {bad}")
+    if not multi_stage:
+        wanted = list(WAKE_ORDER)
+    return [t for t in WAKE_ORDER if t in wanted and t in released]
