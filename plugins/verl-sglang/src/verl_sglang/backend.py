@@ -74,12 +74,12 @@ def device_type(device: Any) -> str:
     return kind
 
 
-def device_index(device: Any) -> int:
-    """The device's ordinal (``cuda:1`` -> 1; a bare ``cuda`` -> 0): SGLang's ``base_gpu_id``."""
+def device_index(device: Any) -> int | None:
+    """The device's ordinal (``cuda:1`` -> 1), or None for a bare ``cuda`` (the current device)."""
+    if isinstance(device, str):
+        return int(device.split(":", 1)[1]) if ":" in device else None
     index = getattr(device, "index", None)
-    if index is None and ":" in str(device):
-        index = int(str(device).split(":", 1)[1])
-    return int(index or 0)
+    return None if index is None else int(index)
 
 
 def import_sglang() -> Any:

@@ -20,6 +20,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from verl.engines.prompts import check_prompt_batch
+from verl.engines.reference.postprocess import build_rollout_batch
+from verl.engines.reference.sampling import resolve_sampling_params
+from verl.engines.weight_sync.names import UnknownWeightError, check_specs, checkpoint_shapes, tied_embeddings
 from verl_sglang.backend import device_index, device_type, import_sglang, sglang_version
 from verl_sglang.options import SGLangRolloutOptions
 from verl_sglang.rollout_keys import check_config
@@ -36,11 +41,6 @@ from verl_sglang.translate import (
     wake_tags,
 )
 from verl_sglang.weights import LOAD_FORMAT, BucketPacker, checked_buckets, dtype_groups, load_weight_api
-
-from verl.engines.prompts import check_prompt_batch
-from verl.engines.reference.postprocess import build_rollout_batch
-from verl.engines.reference.sampling import resolve_sampling_params
-from verl.engines.weight_sync.names import UnknownWeightError, check_specs, checkpoint_shapes, tied_embeddings
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
@@ -162,7 +162,10 @@ class SGLangRolloutEngine:
         self._tied = tied_embeddings(self.model_path)
         self.context = context_length(config, model_context_length(hf_config))
         self.tp = make_tp_group(int(_cfg(config, "tensor_model_parallel_size", 1)))
-        self.base_gpu_id = device_index(self.device)
+        index = device_index(self.device)
+        if index is None and self.device_kind == "cuda" and torch.cuda.is_available():
+            index = torch.cuda.current_device()  # a bare "cuda": the device the worker selected
+        self.base_gpu_id = int(index or 0)
         self._check_visible_devices()
         if engine_cls is None:
             engine_cls = import_sglang().Engine
@@ -342,7 +345,7 @@ class SGLangRolloutEngine:
         if "weights" in self._released:
             self.wake_up(["weights"])
         megabytes = getattr(getattr(self.config, "checkpoint_engine", None), "update_weights_bucket_megabytes", None)
-        bucket_bytes = int(megabytes or 2048) << 20
+        bucket_bytes = int(2048 if megabytes is None else megabytes) << 20
         packer = BucketPacker(self._weights(), self.device)
         session = self._has_session
         if session:
