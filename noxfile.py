@@ -1,11 +1,13 @@
 """Test sessions for the verl monorepo, generated from two tables: the plugins, and backend combinations x devices.
 
     nox                         # default: lint, core, plugin(fsdp), isolation(fsdp), plugin(npu), isolation(npu),
-                                #          plugin(megatron), isolation(megatron)
+                                #          plugin(megatron), isolation(megatron), plugin(sglang), isolation(sglang),
+                                #          plugin(trtllm), isolation(trtllm)
     nox -s core                 # core installed with its test extras, runs core/tests and tests/
     nox -s "plugin(fsdp)"       # core + one plugin installed in one step: its tests + cross-package tests
     nox -s "isolation(fsdp)"    # only core + that plugin: discovery, missing-backend errors, import cost
     nox -s "vendor(pretend)"    # core + examples/pretend-accelerator pip-installed: tests/vendor
+    nox -s "surface(sglang)"    # verl-sglang against the real sglang package (--no-deps: its CPU-usable surface)
     nox -s "cuda(fsdp-hf)"      # on a machine with that device: conformance kits + a 3-step main job
     nox -l                      # list every session (the matrix)
 
@@ -35,6 +37,12 @@ nox.options.sessions = [
     "isolation(npu)",
     "plugin(megatron)",
     "isolation(megatron)",
+    # SGLang and TensorRT-LLM cannot run on a CPU: these test the plugins without their libraries (translation,
+    # recording stand-ins, "not usable here" with the reason); surface(sglang) adds the real sglang package.
+    "plugin(sglang)",
+    "isolation(sglang)",
+    "plugin(trtllm)",
+    "isolation(trtllm)",
 ]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -52,6 +60,8 @@ PLUGINS: dict[str, str] = {
     "vllm": "plugins/verl-vllm",
     "npu": "plugins/verl-npu",
     "megatron": "plugins/verl-megatron",
+    "sglang": "plugins/verl-sglang",
+    "trtllm": "plugins/verl-trtllm",
 }
 PRESENT_PLUGINS = {name: folder for name, folder in PLUGINS.items() if (ROOT / folder / "pyproject.toml").is_file()}
 
@@ -102,8 +112,7 @@ class Device:
     combos: tuple[str, ...] = ()
 
 
-# The matrix: every combination on every device. Backends that do not exist yet (sglang, trtllm) are not rows; a
-# session exists only when the folders of its plugins are present. Whether a combination runs on a
+# The matrix: every combination on every device; a session exists only when the folders of its plugins are present. Whether a combination runs on a
 # device is the engines' specs' answer (their ``devices``), asked at config load in the session: a refusal is a
 # skip with config load's reason, so this table never disagrees with the specs.
 COMBOS: dict[str, Combo] = {
@@ -113,6 +122,9 @@ COMBOS: dict[str, Combo] = {
     "reference-vllm": Combo("reference", "vllm", ("vllm",)),
     "megatron-hf": Combo("megatron", "hf", ("megatron",)),
     "megatron-vllm": Combo("megatron", "vllm", ("megatron", "vllm")),
+    "fsdp-sglang": Combo("fsdp", "sglang", ("fsdp", "sglang")),
+    "megatron-sglang": Combo("megatron", "sglang", ("megatron", "sglang")),
+    "fsdp-trtllm": Combo("fsdp", "trtllm", ("fsdp", "trtllm")),
 }
 DEVICES: dict[str, Device] = {
     "cuda": Device("cuda", tools=("nvidia-smi",), nodes=("/dev/nvidia[0-9]*",)),

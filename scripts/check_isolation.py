@@ -40,6 +40,20 @@ PLUGINS: dict[str, tuple[str, str, str, tuple[str, str]]] = {
         "actor_rollout_ref.actor.strategy=megatron",
         ("actor_rollout_ref.rollout.name=sglang", "verl-sglang"),
     ),
+    # CUDA-only rollout engines, never installable with their library here: selecting them is refused with the
+    # reason and the install line.
+    "sglang": (
+        "verl-sglang",
+        "verl_sglang",
+        "actor_rollout_ref.rollout.name=sglang",
+        ("actor_rollout_ref.rollout.name=trtllm", "verl-trtllm"),
+    ),
+    "trtllm": (
+        "verl-trtllm",
+        "verl_trtllm",
+        "actor_rollout_ref.rollout.name=trtllm",
+        ("actor_rollout_ref.rollout.name=sglang", "verl-sglang"),
+    ),
     # A platform plugin: check 3 is "verl plugins lists the platform with its probe's answer" (a config with
     # trainer.device=npu also needs an engine that runs on npu, which core alone does not provide).
     "npu": (

