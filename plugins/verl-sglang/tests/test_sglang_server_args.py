@@ -119,6 +119,8 @@ def test_context_length_is_prompt_plus_response_plus_sglangs_headroom():
     # SGLang refuses prompts of context_length - 6 tokens or more: a 3-token response budget is too small.
     with pytest.raises(ModelTooLongError, match="context_length >= 39"):
         context_length(_rollout(response_length=3), 2048)
+    # Prompts unknown and no max_model_len: SGLang's default, the model's whole context.
+    assert context_length(_rollout(prompt_length=None), 2048) == 2048
 
 
 def test_model_context_length_reads_sglangs_keys_and_rope_factor():

@@ -61,21 +61,24 @@ def context_length(rollout: Any, model_limit: int) -> int:
     """SGLang's ``context_length``: ``(rollout.max_model_len or prompt_length + response_length) + 2``.
 
     The 2 extra positions are :data:`CONTEXT_HEADROOM`, so a response of ``response_length`` tokens fits after
-    the longest prompt (verl's ``max_model_len`` semantics: prompt + response).
+    the longest prompt (verl's ``max_model_len`` semantics: prompt + response). Without ``max_model_len`` and
+    ``prompt_length`` (a config that does not know its prompts), the model's context, SGLang's own default.
 
     Raises:
         ModelTooLongError: that exceeds the model's context (SGLang refuses a longer ``context_length``), or the
             longest prompt would leave SGLang less than its prompt headroom; the message names the keys to change.
     """
-    prompt = int(getattr(rollout, "prompt_length", None) or 0)
-    response = int(getattr(rollout, "response_length", None) or 0)
+    prompt_length = getattr(rollout, "prompt_length", None)
     explicit = getattr(rollout, "max_model_len", None)
+    if explicit is None and prompt_length is None:
+        return int(model_limit)
+    prompt = int(prompt_length or 0)
+    response = int(getattr(rollout, "response_length", None) or 512)
     length = (int(explicit) if explicit is not None else prompt + response) + CONTEXT_HEADROOM
-    source = (
-        f"{ROLLOUT}.max_model_len ({explicit})"
-        if explicit is not None
-        else (f"{ROLLOUT}.prompt_length ({prompt}) + response_length ({response})")
-    )
+    if explicit is not None:
+        source = f"{ROLLOUT}.max_model_len ({explicit})"
+    else:
+        source = f"{ROLLOUT}.prompt_length ({prompt}) + response_length ({response})"
     if length > model_limit:
         raise ModelTooLongError(
             f"rollout engine 'sglang': {source} + {CONTEXT_HEADROOM} positions SGLang keeps free = {length} tokens "

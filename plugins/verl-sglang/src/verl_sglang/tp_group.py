@@ -39,6 +39,7 @@ class TPGroup:
 
     @property
     def is_leader(self) -> bool:
+        """Whether this rank owns the group's ``sglang.Engine``."""
         return self.rank % self.tp == 0
 
     def gather(self, obj: Any) -> list[Any] | None:
