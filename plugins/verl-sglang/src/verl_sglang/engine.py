@@ -166,7 +166,7 @@ class SGLangRolloutEngine:
         if index is None and self.device_kind == "cuda" and torch.cuda.is_available():
             index = torch.cuda.current_device()  # a bare "cuda": the device the worker selected
         self.base_gpu_id = int(index or 0)
-        self._check_visible_devices()
+        self._leader(self._check_visible_devices, "the device check", share=False)
         if engine_cls is None:
             engine_cls = import_sglang().Engine
         # Every rank decides alike (the leader's calls are collective over the group).
@@ -197,12 +197,12 @@ class SGLangRolloutEngine:
         self._weights_stale = False
         self.last_stats: dict[str, float] = {}
         start = time.perf_counter()
-        self.engine = engine_cls(**self.server_args) if self.tp.is_leader else None
+        self.engine = self._leader(lambda: engine_cls(**self.server_args), "engine start", share=False)
         self.startup_seconds = time.perf_counter() - start
 
     # ------------------------------------------------------------------ construction helpers
     def _check_visible_devices(self) -> None:
-        if self.tp.tp == 1 or self.device_kind != "cuda" or not self.tp.is_leader:
+        if self.tp.tp == 1 or self.device_kind != "cuda":
             return
         visible = torch.cuda.device_count()
         if visible < self.base_gpu_id + self.tp.tp:
@@ -222,22 +222,24 @@ class SGLangRolloutEngine:
 
         return TensorParallelLayout(self.tp.world, 1, {})
 
-    def _leader(self, fn: Any, what: str) -> Any:
-        """Run ``fn()`` on the group's leader and hand its result (or its failure) to every rank of the group."""
+    def _leader(self, fn: Any, what: str, *, share: bool = True) -> Any:
+        """Run ``fn()`` on the group's leader; every rank of the group gets its result (``share``; else the other
+        ranks get None) or raises its failure, so no rank waits in a collective the leader has left."""
         if self.tp.tp == 1:
             return fn()
+        value: Any = None
         outcome: tuple[bool, Any] = (True, None)
         if self.tp.is_leader:
             try:
-                outcome = (True, fn())
+                value = fn()
+                outcome = (True, value if share else None)
             except Exception as exc:
-                outcome = (False, f"{type(exc).__name__}: {exc}")
-                self.tp.broadcast(outcome)
+                self.tp.broadcast((False, f"{type(exc).__name__}: {exc}"))
                 raise
-        ok, value = self.tp.broadcast(outcome)
+        ok, shared = self.tp.broadcast(outcome)
         if not ok:
-            raise SGLangEngineError(f"SGLang {what} failed on the TP group's first rank: {value}")
-        return value
+            raise SGLangEngineError(f"{what} failed on the TP group's first rank: {shared}")
+        return value if self.tp.is_leader else shared
 
     # ------------------------------------------------------------------ generation
     def generate(self, prompts: DataProto) -> DataProto:
@@ -295,7 +297,7 @@ class SGLangRolloutEngine:
                 raise RuntimeError(f"SGLang returned {len(outputs)} outputs for {bs} requests")
             return collect_outputs(outputs, resp_len, self.pad_token_id, want_lp)
 
-        responses, lengths, log_probs = self._leader(run, "generate")
+        responses, lengths, log_probs = self._leader(run, "SGLang generate")
         device = input_ids.device
         tensors = build_rollout_batch(
             input_ids,
@@ -349,32 +351,37 @@ class SGLangRolloutEngine:
         packer = BucketPacker(self._weights(), self.device)
         session = self._has_session
         if session:
-            self._leader(lambda: check_result(self.engine.begin_weight_update(), "begin_weight_update"), "session")
+            self._leader(
+                lambda: check_result(self.engine.begin_weight_update(), "begin_weight_update"),
+                "SGLang begin_weight_update",
+            )
         failed = True
         try:
             for bucket in checked_buckets(weights, self._shapes, bucket_bytes=bucket_bytes, tied=self._tied):
                 for group in dtype_groups(bucket):
                     payload, flat = packer.pack(group)
                     payloads = self.tp.gather(payload)
-                    self._leader(lambda p=payloads: self._load(p), "update_weights_from_tensor")
+                    self._leader(lambda p=payloads: self._load(p), "SGLang update_weights_from_tensor")
                     del flat  # after every rank of the group knows SGLang has read it
                 del bucket
             failed = False
         finally:
             if session:
                 self._end_session(raise_errors=not failed)
-        self._leader(lambda: check_result(self.engine.flush_cache(), "flush_cache"), "flush_cache")
+        self._leader(lambda: check_result(self.engine.flush_cache(), "flush_cache"), "SGLang flush_cache")
         self._weights_stale = False
 
     def _load(self, payloads: list[bytes]) -> None:
         result = self.engine.update_weights_from_tensor(
             named_tensors=payloads, load_format=LOAD_FORMAT, flush_cache=False
         )
-        check_result(result, "update_weights_from_tensor")
+        check_result(result, "SGLang update_weights_from_tensor")
 
     def _end_session(self, *, raise_errors: bool) -> None:
         try:
-            self._leader(lambda: check_result(self.engine.end_weight_update(), "end_weight_update"), "session")
+            self._leader(
+                lambda: check_result(self.engine.end_weight_update(), "end_weight_update"), "SGLang end_weight_update"
+            )
         except SGLangEngineError:
             if raise_errors:
                 raise
@@ -387,7 +394,7 @@ class SGLangRolloutEngine:
         if not self.sleep_mode or self._released:
             return
         tags = list(RELEASE_TAGS)
-        self._leader(lambda: self.engine.release_memory_occupation(tags=tags), "release_memory_occupation")
+        self._leader(lambda: self.engine.release_memory_occupation(tags=tags), "SGLang release_memory_occupation")
         self._released = tags
         self._weights_stale = not self.server_args.get("enable_weights_cpu_backup", False)
 
@@ -402,10 +409,10 @@ class SGLangRolloutEngine:
         resume = wake_tags(tags, self._released, self.multi_stage)
         if not resume:
             return
-        self._leader(lambda: self.engine.resume_memory_occupation(tags=resume), "resume_memory_occupation")
+        self._leader(lambda: self.engine.resume_memory_occupation(tags=resume), "SGLang resume_memory_occupation")
         self._released = [t for t in self._released if t not in resume]
         if not self._released:
-            self._leader(lambda: check_result(self.engine.flush_cache(), "flush_cache"), "flush_cache")
+            self._leader(lambda: check_result(self.engine.flush_cache(), "flush_cache"), "SGLang flush_cache")
 
     def close(self) -> None:
         """Shut the SGLang engine down (its scheduler processes exit; the engine is unusable afterwards)."""
