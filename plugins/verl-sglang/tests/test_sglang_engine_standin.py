@@ -85,13 +85,18 @@ def test_standin_update_wakes_released_weights_itself(session_standin, model_pat
     assert sgl.calls[1] == ("resume_memory_occupation", ["weights"]) and sgl.released == {"kv_cache"}
 
 
-def test_standin_single_stage_wake_up_resumes_both_tags_at_once(session_standin, model_path, standin_api):
-    engine, sgl = _engine(session_standin, model_path, standin_api, multi_stage_wake_up=False)
+@pytest.mark.parametrize("multi_stage", [True, False])
+def test_standin_wake_up_is_staged_whatever_multi_stage_wake_up_says(
+    session_standin, model_path, standin_api, multi_stage
+):
+    # verl reads rollout.multi_stage_wake_up nowhere and always resumes weights, syncs, then the KV cache.
+    engine, sgl = _engine(session_standin, model_path, standin_api, multi_stage_wake_up=multi_stage)
     engine.sleep()
     engine.wake_up(["weights"])
-    engine.wake_up(["kv_cache"])  # nothing left to resume
+    engine.wake_up(["kv_cache"])
     assert [c for c in sgl.calls if c[0].startswith("resume")] == [
-        ("resume_memory_occupation", ["weights", "kv_cache"])
+        ("resume_memory_occupation", ["weights"]),
+        ("resume_memory_occupation", ["kv_cache"]),
     ]
 
 

@@ -100,10 +100,9 @@ def test_collect_outputs_errors_name_the_row():
 def test_release_and_wake_tags_follow_verls_order():
     assert RELEASE_TAGS == ("kv_cache", "weights")
     released = ["kv_cache", "weights"]
-    assert wake_tags(["weights"], released, multi_stage=True) == ["weights"]
-    assert wake_tags(["kv_cache"], ["kv_cache"], multi_stage=True) == ["kv_cache"]
-    assert wake_tags(None, released, multi_stage=True) == ["weights", "kv_cache"]
-    assert wake_tags(["weights"], released, multi_stage=False) == ["weights", "kv_cache"]
-    assert wake_tags(["kv_cache"], [], multi_stage=True) == []  # never resume what is not released
+    assert wake_tags(["weights"], released) == ["weights"]
+    assert wake_tags(["kv_cache"], ["kv_cache"]) == ["kv_cache"]
+    assert wake_tags(None, released) == ["weights", "kv_cache"]
+    assert wake_tags(["kv_cache"], []) == []  # never resume what is not released
     with pytest.raises(ValueError, match="cuda_graph"):
-        wake_tags(["cuda_graph"], released, multi_stage=True)
+        wake_tags(["cuda_graph"], released)

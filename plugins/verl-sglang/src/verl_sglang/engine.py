@@ -91,7 +91,7 @@ class SGLangRolloutEngine:
         tokenizer: HF tokenizer (EOS / pad ids); None loads it from the path.
         config: the rollout section (verl names, read with ``getattr``): sampling (``temperature``, ``top_p``,
             ``top_k``, ``do_sample``, ``val_kwargs``, ``ignore_eos``), ``prompt_length``, ``response_length``,
-            ``calculate_log_probs``, ``dtype``, ``seed``, ``tensor_model_parallel_size``, ``multi_stage_wake_up``,
+            ``calculate_log_probs``, ``dtype``, ``seed``, ``tensor_model_parallel_size``,
             ``checkpoint_engine.update_weights_bucket_megabytes`` and the engine keys of
             :mod:`verl_sglang.rollout_keys`. Its ``engine_kwargs`` are not read.
         device: the worker's device: ``cuda[:i]`` or ``npu[:i]`` (``cpu`` runs SGLang's source-built Xeon backend,
@@ -189,7 +189,6 @@ class SGLangRolloutEngine:
             hip=torch.version.hip is not None,
             sglang_version=sglang_version(),
         )
-        self.multi_stage = bool(_cfg(config, "multi_stage_wake_up", False))
         self.sleep_mode = bool(self.server_args["enable_memory_saver"])
         self._weight_api = weight_api
         self._released: list[str] = []
@@ -400,13 +399,13 @@ class SGLangRolloutEngine:
 
     def wake_up(self, tags: Any = None) -> None:
         """Resume released memory: ``["weights"]`` before the weight sync, ``["kv_cache"]`` after it (verl's
-        order); None = everything. With ``rollout.multi_stage_wake_up=false`` the first call resumes both.
+        order, whatever ``rollout.multi_stage_wake_up`` says: verl reads it nowhere); None = everything.
         Flushes the prefix cache once everything is back. No-op when nothing is released.
 
         Raises:
             ValueError: an unknown tag.
         """
-        resume = wake_tags(tags, self._released, self.multi_stage)
+        resume = wake_tags(tags, self._released)
         if not resume:
             return
         self._leader(lambda: self.engine.resume_memory_occupation(tags=resume), "SGLang resume_memory_occupation")

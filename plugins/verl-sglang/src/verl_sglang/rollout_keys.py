@@ -18,7 +18,7 @@ plugin maps every engine key core accepts, or refuses it at config load with the
 | seed | ``random_seed`` | |
 | ignore_eos | ``SamplingParams.ignore_eos`` | per request |
 | disable_log_stats | true only | SGLang has no statistics switch: false is refused, use ``engine_kwargs.sglang.log_level=info`` |
-| multi_stage_wake_up | the wake-up order | true: weights, sync, then KV cache (two resume calls); false: both at once before the sync |
+| multi_stage_wake_up | none: verl reads it nowhere | the wake-up is always weights, sync, then KV cache (two resume calls), verl's order; both values are accepted |
 """
 
 from __future__ import annotations

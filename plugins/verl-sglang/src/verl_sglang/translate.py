@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from verl_sglang.server_args import CONTEXT_HEADROOM
 
 from verl.engines.reference.sampling import SamplingParams as VerlSampling
+from verl_sglang.server_args import CONTEXT_HEADROOM
 
 # Per-row seeds from one call seed (meta_info["seed"]): distinct, reproducible seeds for the n samples of a prompt
 # (a shared seed would make them identical). SGLang takes signed 64-bit seeds.
@@ -181,16 +181,14 @@ def collect_outputs(
     return responses, lengths, log_probs
 
 
-def wake_tags(requested: Sequence[str] | None, released: Sequence[str], multi_stage: bool) -> list[str]:
+def wake_tags(requested: Sequence[str] | None, released: Sequence[str]) -> list[str]:
     """Tags to resume for ``wake_up(requested)`` when ``released`` are still released, in verl's order.
 
-    * ``requested`` None: every released tag;
-    * ``multi_stage`` (``rollout.multi_stage_wake_up=true``): the requested tags that are released;
-    * otherwise: every released tag as soon as anything is requested (one stage: weights and KV cache come back
-      together before the weight sync, verl 0.4's single-stage wake-up).
-
-    SGLang raises when a tag is resumed that is not released (``offload_tags.remove``), so only released tags
-    are returned.
+    ``requested`` None: every released tag; else the requested tags that are released. The trainer asks for
+    ``weights`` before the weight sync and ``kv_cache`` after it (as verl's workers do, whatever
+    ``rollout.multi_stage_wake_up`` says: verl reads that key nowhere), so the KV cache is not allocated while
+    the sync's buckets are. SGLang raises when a tag is resumed that is not released (``offload_tags.remove``),
+    so only released tags are returned.
 
     Raises:
         ValueError: an unknown tag.
@@ -199,6 +197,4 @@ def wake_tags(requested: Sequence[str] | None, released: Sequence[str], multi_st
     bad = [t for t in wanted if t not in WAKE_ORDER]
     if bad:
         raise ValueError(f"wake_up tags must be among {list(WAKE_ORDER)}, got {bad}")
-    if not multi_stage:
-        wanted = list(WAKE_ORDER)
     return [t for t in WAKE_ORDER if t in wanted and t in released]
