@@ -56,7 +56,7 @@ class _OnTheDevice:
 
 class TestDevicePlatform(PlatformTests):
     platform_name = DEVICE
-    forbidden_imports = ("torch_npu", "vllm")  # no probe may import a backend in the driver
+    forbidden_imports = ("torch_npu", "vllm", "sglang", "tensorrt_llm")  # no probe may import a backend
 
 
 class TestDeviceTrainingEngine(_OnTheDevice, TrainingEngineTests):
