@@ -48,8 +48,9 @@ class RecordedSamplingParams(SimpleNamespace):
 
 
 def standin_reduce_tensor(tensor: torch.Tensor) -> tuple[str, tuple[Any, ...]]:
-    """Stands in for ``reduce_tensor``: a picklable ``(fn, args)`` naming the staged tensor's storage."""
-    return ("standin_rebuild", (tuple(tensor.shape), str(tensor.dtype), tensor.data_ptr()))
+    """Stands in for ``reduce_tensor``: a picklable ``(fn, args)`` naming the staged tensor's storage, plus a copy of
+    its values at the time of the call (what TensorRT-LLM's worker would read through the handle)."""
+    return ("standin_rebuild", (tuple(tensor.shape), str(tensor.dtype), tensor.data_ptr(), tensor.detach().clone()))
 
 
 class RecordingTRTLLMStandIn:
@@ -57,13 +58,22 @@ class RecordingTRTLLMStandIn:
 
     Every call lands in ``events`` as ``(name, detail)``. ``generate`` answers row ``i`` (prompt ``p``) with the
     tokens ``[p[-1] + 1, p[-1] + 2, ...]`` up to ``max_tokens``, ending at the first stop token it is given when
-    ``stop_at`` (a position) is set, and the log-prob of token ``t`` as ``-t / 100``.
+    ``stop_at`` (a position) is set, and the log-prob of token ``t`` as ``-t / 100``. With ``fail_update=k`` the
+    ``k``-th ``update_weights`` payload (0-based) raises, as a worker whose reload fails would.
     """
 
     def __init__(
-        self, events: list, *, uuid: str = UUID, stop_at: int | None = None, has_release: bool = True, **kwargs
+        self,
+        events: list,
+        *,
+        uuid: str = UUID,
+        stop_at: int | None = None,
+        has_release: bool = True,
+        fail_update: int | None = None,
+        **kwargs,
     ):
         self.events = events
+        self.fail_update = fail_update
         self.kwargs = kwargs
         self.uuid = uuid
         self.stop_at = stop_at
@@ -88,6 +98,9 @@ class RecordingTRTLLMStandIn:
                 self.events.append(("rpc", "update_weights(None)"))
             else:
                 handles = decode_payload(payload, self.uuid)
+                if self.fail_update == len(self.loaded):
+                    self.events.append(("rpc", "update_weights failed"))
+                    raise RuntimeError("stand-in worker: reload failed")
                 self.loaded.append(handles)
                 self.events.append(("rpc", "update_weights", [name for name, _ in handles]))
             return [None]
@@ -379,10 +392,60 @@ def test_standin_error_after_loaded_buckets_finalizes_and_says_so(model_path, ro
     assert sum(1 for e in events if e[1] == "update_weights") >= 2
 
 
+def test_standin_update_copies_each_tensor_before_asking_for_the_next(model_path, rollout):
+    """The sender may reuse a tensor's buffer once asked for the next one (``RolloutEngine.update_weights``): what
+    the worker is handed must be the values sent, even when a bucket holds many tensors."""
+    events = []
+    engine = _engine(model_path, rollout, events)
+    weights = _weights(model_path)
+
+    def reusing_sender():
+        previous = None
+        for name, tensor in weights.items():
+            if previous is not None:
+                previous.fill_(float("nan"))  # the buffer of the tensor sent before is reused
+            previous = tensor.clone()
+            yield name, previous
+        previous.fill_(float("nan"))
+
+    engine.update_weights(reusing_sender())
+    assert len(engine.llm.loaded) == 1  # one 2 GiB bucket: every tensor waits there for the last one
+    handed = {name: handle[1][3] for bucket in engine.llm.loaded for name, handle in bucket}
+    for name, tensor in weights.items():
+        assert torch.equal(handed[name], tensor.to(torch.bfloat16)), name
+    assert torch.equal(handed["lm_head.weight"], weights["model.embed_tokens.weight"].to(torch.bfloat16))
+
+
+def test_standin_worker_failing_on_the_first_bucket_still_finalizes(model_path, rollout):
+    """TensorRT-LLM's ``WorkerExtension.update_weights`` runs ``pre_reload_weights`` on every module before it loads
+    the first payload, so a reload that fails there leaves the model mid-update: the engine finalises it."""
+    events = []
+    engine = _engine(model_path, rollout, events, fail_update=0)
+    del events[:]
+    with pytest.raises(RuntimeError, match=r"0 bucket\(s\) were loaded .*part of the failing one"):
+        engine.update_weights(iter(_weights(model_path).items()))
+    assert [e[1] for e in events] == ["update_weights failed", "update_weights(None)", "verl_reset_prefix_cache"]
+
+
+def test_standin_sleep_after_waking_the_weights_only_releases_them_again(model_path, rollout):
+    events = []
+    engine = _engine(model_path, rollout, events, TRTLLMRolloutOptions(sleep_level=2))
+    engine.sleep()
+    engine.wake_up(["weights"])
+    engine.update_weights(iter(_weights(model_path).items()))
+    del events[:]
+    engine.sleep()  # the KV cache is still released; the woken weights go again
+    assert events == [("release", WEIGHT_TAGS)]
+    engine.sleep()
+    assert events == [("release", WEIGHT_TAGS)]
+    with pytest.raises(RuntimeError, match="discarded by sleep"):  # level 2: the weights were discarded again
+        engine.generate(_prompts(engine))
+
+
 def test_standin_close_shuts_trtllm_down(model_path, rollout):
     events = []
     engine = _engine(model_path, rollout, events)
     engine.close()
     engine.close()
     assert events[-1] == ("shutdown",) and sum(e == ("shutdown",) for e in events) == 1
-    assert engine.weight_layout() is None and engine._worker_uuid == UUID and TAGS[8] == "kv_cache"
+    assert engine.weight_layout() is None and engine._worker_uuid == UUID

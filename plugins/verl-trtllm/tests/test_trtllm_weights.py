@@ -8,24 +8,31 @@ from types import SimpleNamespace
 import torch
 from torch.multiprocessing.reductions import reduce_tensor
 from verl_trtllm.engine_args import EXTENSION_QUALNAME
-from verl_trtllm.weights import decode_payload, ipc_payload, stage_bucket
+from verl_trtllm.weights import decode_payload, ipc_payload, stage_stream
 
 
-def test_stage_bucket_copies_casts_and_shares_tied_tensors():
+def test_stage_stream_copies_each_tensor_before_the_next_is_asked_for():
     emb = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     ids = torch.tensor([1, 2, 3])
-    staged = stage_bucket(
-        [("model.embed_tokens.weight", emb), ("lm_head.weight", emb), ("ids", ids)], torch.device("cpu"), torch.bfloat16
-    )
-    names = [n for n, _ in staged]
-    assert names == ["model.embed_tokens.weight", "lm_head.weight", "ids"]
-    head, tied, ints = (t for _, t in staged)
+    asked = []
+
+    def sender():  # reuses its buffer for the next tensor, as a sender may
+        buffer = emb.clone()
+        asked.append("embed")
+        yield "model.embed_tokens.weight", buffer
+        buffer.fill_(-1.0)
+        asked.append("ids")
+        yield "ids", ids
+
+    stream = stage_stream(sender(), torch.device("cpu"), torch.bfloat16)
+    name, head = next(stream)
+    assert asked == ["embed"]  # the copy exists before the sender is asked for more
+    (name_ids, ints), *rest = list(stream)
+    assert (name, name_ids, rest) == ("model.embed_tokens.weight", "ids", [])
     assert head.dtype == torch.bfloat16 and ints.dtype == torch.int64  # integers keep their dtype
-    assert head.data_ptr() != emb.data_ptr() and ints.data_ptr() != ids.data_ptr()  # always a fresh copy
-    assert head.data_ptr() == tied.data_ptr()  # one copy for a tensor sent under two names
-    assert torch.equal(head.float(), emb) and torch.equal(ints, ids)
-    emb.add_(100)  # the sender reusing its buffer does not reach the staged copy
-    assert torch.equal(head.float(), torch.arange(6, dtype=torch.float32).reshape(2, 3))
+    assert torch.equal(head.float(), emb)  # the reused buffer (now -1) did not reach the copy
+    assert ints.data_ptr() != ids.data_ptr() and torch.equal(ints, ids)  # always a fresh copy
+    assert head.is_contiguous() and ints.is_contiguous()
 
 
 def test_ipc_payload_is_keyed_by_uuid_and_rebuilds_with_torch_reduce_tensor():

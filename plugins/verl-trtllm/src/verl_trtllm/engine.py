@@ -43,7 +43,7 @@ from verl_trtllm.translate import (
     sampling_kwargs,
     strip_left_padding,
 )
-from verl_trtllm.weights import ipc_payload, stage_bucket
+from verl_trtllm.weights import ipc_payload, stage_stream
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
@@ -334,45 +334,49 @@ class TRTLLMRolloutEngine:
     def update_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
         """Load ``(hf_name, tensor)`` pairs into TensorRT-LLM's model, then reset its prefix cache.
 
-        The stream is cut into buckets of about ``checkpoint_engine.update_weights_bucket_megabytes`` that each hold
-        whole fused groups (:func:`verl.engines.weight_sync.names.update_buckets`, which checks each bucket's names
-        and shapes first); each bucket is copied onto this GPU in the engine's dtype and handed over as CUDA IPC
-        handles (``_collective_rpc("update_weights", payload)``, TensorRT-LLM's partial reload), then freed once the
-        worker has loaded it. After the last bucket ``update_weights(None)`` finalises the load (post-load
-        processing) and ``verl_reset_prefix_cache`` drops every KV block computed with the old weights. Names not
-        sent keep their values. With tied embeddings ``lm_head.weight`` goes with ``model.embed_tokens.weight``.
-        An update while asleep wakes the weights first (verl's order: weights before the sync).
+        Each tensor is copied onto this GPU in the engine's dtype as it arrives, before the next one is asked for
+        (the sender may reuse its buffers), and the copies are cut into buckets of about
+        ``checkpoint_engine.update_weights_bucket_megabytes`` that each hold whole fused groups
+        (:func:`verl.engines.weight_sync.names.update_buckets`, which checks each bucket's names and shapes first);
+        each bucket is handed over as CUDA IPC handles (``_collective_rpc("update_weights", payload)``,
+        TensorRT-LLM's partial reload) and freed once the worker has loaded it. After the last bucket
+        ``update_weights(None)`` finalises the load (post-load processing) and ``verl_reset_prefix_cache`` drops
+        every KV block computed with the old weights. Names not sent keep their values. With tied embeddings
+        ``lm_head.weight`` goes with ``model.embed_tokens.weight``. An update while asleep wakes the weights first
+        (verl's order: weights before the sync).
 
         Raises:
             UnknownWeightError (KeyError) / ValueError: a bad name, shape or split fused group in the first bucket:
                 nothing was sent.
-            RuntimeError: such an error (or the worker's) after some buckets were loaded: the load was finalised,
-                and the model holds those buckets' new weights and the old others.
+            RuntimeError: such an error after some buckets were loaded, or the worker's own error on any bucket
+                (TensorRT-LLM prepares every module for a reload before it loads the first one): the load was
+                finalised, and the model holds a partial update.
         """
         if self._asleep and "weights" not in self._awake:
             self.wake_up(["weights"])
         megabytes = getattr(getattr(self.config, "checkpoint_engine", None), "update_weights_bucket_megabytes", None)
         bucket_bytes = int((megabytes or 2048) * (1 << 20))
-        device = self._binding.staging_device()
-        loaded = 0
+        staged = stage_stream(weights, self._binding.staging_device(), self._torch_dtype)
+        loaded, in_worker = 0, False
         try:
+            # copy=False: stage_stream already made a fresh copy of each tensor.
             for bucket in update_buckets(
-                weights, self._shapes, bucket_bytes=bucket_bytes, tied=self._tied, engine="trtllm", copy=False
+                staged, self._shapes, bucket_bytes=bucket_bytes, tied=self._tied, engine="trtllm", copy=False
             ):
-                staged = stage_bucket(bucket, device, self._torch_dtype)
-                del bucket
-                self.llm._collective_rpc(
-                    "update_weights", args=(ipc_payload(staged, self._worker_uuid, self._binding.reduce_tensor),)
-                )
+                payload = ipc_payload(bucket, self._worker_uuid, self._binding.reduce_tensor)
+                in_worker = True
+                self.llm._collective_rpc("update_weights", args=(payload,))
+                in_worker = False
                 loaded += 1
-                del staged  # the worker has loaded it: the call returned
+                del bucket  # the worker has loaded it: the call returned
         except Exception as exc:
-            if not loaded:
+            if not loaded and not in_worker:
                 raise
             self._finalize_update()
+            failing = " and the worker may have loaded part of the failing one" if in_worker else ""
             raise RuntimeError(
-                f"update_weights (trtllm): {loaded} bucket(s) were loaded before this error, so the model now holds "
-                f"their new weights and the old others ({type(exc).__name__}: {exc}); check the update first "
+                f"update_weights (trtllm): {loaded} bucket(s) were loaded before this error{failing}, so the model "
+                f"now holds a partial update ({type(exc).__name__}: {exc}); check the update first "
                 "(check_weights) and send it again"
             ) from exc
         self._finalize_update()
@@ -396,15 +400,20 @@ class TRTLLMRolloutEngine:
 
         ``LLM.release(weights tags + ["kv_cache"])`` (verl's full tag list): at ``sleep_level`` 1 the weights are
         backed up in host memory and come back on wake-up; at level 2 they are discarded (``update_weights`` must
-        follow before the next ``generate``). A no-op with ``enable_sleep_mode=false`` or when already asleep.
+        follow before the next ``generate``). Asleep with some tags woken (the weights, for a sync), it releases
+        those again. A no-op with ``enable_sleep_mode=false`` or when nothing is awake.
         """
-        if not self.sleep_mode or self._asleep:
+        if not self.sleep_mode:
+            return
+        again = [tag for tag in VERL_TAGS if not self._asleep or tag in self._awake]
+        if not again:
             return
         tags = self._binding.memory_tags
-        self._call_memory("release", "sleep", [*release_tags(tags, "weights"), *release_tags(tags, "kv_cache")])
+        self._call_memory("release", "sleep", [t for tag in again for t in release_tags(tags, tag)])
         self._asleep = True
         self._awake = set()
-        self._weights_stale = self.sleep_level == 2
+        if "weights" in again:
+            self._weights_stale = self.sleep_level == 2
 
     def wake_up(self, tags: Any = None) -> None:
         """Undo :meth:`sleep` for ``tags`` (``weights``, ``kv_cache``; None = both, weights first); a no-op when

@@ -9,7 +9,8 @@ index) by its own, rebuilds the tensors and loads them with ``model_loader.reloa
 allow_partial_loading=True)``. ``update_weights(None)`` then finalises: post-load processing of every module and a
 prefix-cache reset. verl's ``ServerAdapter.update_weights`` sends the same, bucket by bucket.
 
-The tensors behind the handles must stay alive until the worker has loaded them (the RPC returns): the engine
+Each tensor is copied onto the GPU as it arrives (:func:`stage_stream`), before the sender is asked for the next one,
+and the tensors behind the handles must stay alive until the worker has loaded them (the RPC returns): the engine
 keeps each staged bucket until its call returns.
 """
 
@@ -17,37 +18,32 @@ from __future__ import annotations
 
 import base64
 import pickle
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 
 
-def stage_bucket(
-    bucket: Iterable[tuple[str, torch.Tensor]], device: torch.device, dtype: torch.dtype
-) -> list[tuple[str, torch.Tensor]]:
-    """Fresh, contiguous copies of a bucket's tensors on ``device`` (floating tensors cast to ``dtype``).
+def stage_stream(
+    weights: Iterable[tuple[str, torch.Tensor]], device: torch.device, dtype: torch.dtype
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(hf_name, copy)`` for each pair of ``weights``: a fresh, contiguous copy on ``device``, floating tensors cast
+    to ``dtype``, made before the next pair is asked for.
 
-    A copy is always made, even when a tensor is already there in that dtype: the sender may reuse its buffers
-    once asked for the next tensor, and the receiving process reads the memory after this call returns. A tensor
-    sent under two names (tied embeddings) is copied once.
+    A copy is always made, even when a tensor is already there in that dtype: the sender may reuse its buffers once
+    asked for the next tensor (``verl.engines.base.RolloutEngine.update_weights``), and TensorRT-LLM's worker reads
+    the memory only when the whole bucket is handed over.
 
     Args:
-        bucket: ``(hf_name, tensor)`` pairs of full tensors.
+        weights: ``(hf_name, tensor)`` pairs of full tensors, any device.
         device: where TensorRT-LLM's worker can open the memory (this process's GPU).
         dtype: the engine's dtype; integer/bool tensors keep theirs.
     """
-    copies: dict[int, torch.Tensor] = {}
-    out = []
-    for name, tensor in bucket:
-        key = id(tensor)
-        if key not in copies:
-            target = dtype if tensor.is_floating_point() else tensor.dtype
-            staged = torch.empty(tuple(tensor.shape), dtype=target, device=device)
-            staged.copy_(tensor.detach())
-            copies[key] = staged
-        out.append((name, copies[key]))
-    return out
+    for name, tensor in weights:
+        target = dtype if tensor.is_floating_point() else tensor.dtype
+        staged = torch.empty(tuple(tensor.shape), dtype=target, device=device)
+        staged.copy_(tensor.detach())
+        yield name, staged
 
 
 def ipc_payload(
@@ -56,7 +52,7 @@ def ipc_payload(
     """``{device_uuid: base64(pickle([(name, reduce_tensor(t)), ...]))}``, TensorRT-LLM's ``update_weights`` input.
 
     Args:
-        staged: ``(hf_name, tensor)`` pairs on the GPU the worker runs on (:func:`stage_bucket`).
+        staged: ``(hf_name, tensor)`` pairs on the GPU the worker runs on (:func:`stage_stream`).
         device_uuid: that GPU's UUID as TensorRT-LLM's ``get_device_uuid`` spells it (the worker's lookup key).
         reduce_tensor: ``torch.multiprocessing.reductions.reduce_tensor``.
     """
