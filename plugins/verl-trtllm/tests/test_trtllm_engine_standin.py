@@ -127,8 +127,9 @@ class RecordingTRTLLMStandIn:
         self.events.append(("shutdown",))
 
 
-def standin_binding(events: list, **llm_options: Any) -> TRTLLMBinding:
-    """A :class:`TRTLLMBinding` whose ``LLM`` is a :class:`RecordingTRTLLMStandIn` (staging on the CPU)."""
+def standin_binding(events: list, llm_fields: Any = None, **llm_options: Any) -> TRTLLMBinding:
+    """A :class:`TRTLLMBinding` whose ``LLM`` is a :class:`RecordingTRTLLMStandIn` (staging on the CPU);
+    ``llm_fields``: the ``TorchLlmArgs`` field names the binding reports (None: unknown)."""
 
     def make_llm(**kwargs: Any) -> RecordingTRTLLMStandIn:
         return RecordingTRTLLMStandIn(events, **llm_options, **kwargs)
@@ -140,6 +141,7 @@ def standin_binding(events: list, **llm_options: Any) -> TRTLLMBinding:
         device_uuid=lambda index: UUID,
         reduce_tensor=standin_reduce_tensor,
         staging_device=lambda: torch.device("cpu"),
+        llm_fields=llm_fields,
     )
 
 
@@ -210,6 +212,17 @@ def test_standin_construction_passes_llm_kwargs_and_checks_the_gpu(model_path, r
     with pytest.raises(RuntimeError, match=r"runs on GPU \['GPU-other'\], this trainer process on GPU-standin-0"):
         _engine(model_path, rollout, events, uuid="GPU-other")
     assert events[-1] == ("shutdown",)
+
+
+def test_standin_a_release_without_sampler_type_gets_none_and_torch_sampler_semantics(model_path, rollout):
+    events = []
+    binding = standin_binding(events, llm_fields=frozenset({"model", "max_seq_len"}))
+    engine = TRTLLMRolloutEngine(model_path, None, rollout, device="cuda", options=None, binding=binding)
+    assert "sampler_type" not in events[0][1] and engine.sampler == "TorchSampler"
+    events = []
+    binding = standin_binding(events, llm_fields=frozenset({"model", "sampler_type"}))
+    engine = TRTLLMRolloutEngine(model_path, None, rollout, device="cuda", options=None, binding=binding)
+    assert events[0][1]["sampler_type"] == "TRTLLMSampler" and engine.sampler == "TRTLLMSampler"
 
 
 def test_standin_bad_arguments_are_refused_before_trtllm_starts(model_path, rollout):

@@ -23,7 +23,7 @@ def _cfg(*overrides):
 
 def test_defaults_and_every_snapshot_name_is_a_field():
     opts = TRTLLMRolloutOptions()
-    assert (opts.dtype, opts.enable_sleep_mode, opts.sleep_level, opts.sampler_type) == (None, True, 1, "TRTLLMSampler")
+    assert (opts.dtype, opts.enable_sleep_mode, opts.sleep_level, opts.sampler_type) == (None, True, 1, None)
     import attrs
 
     names = {f.name for f in attrs.fields(TRTLLMRolloutOptions)}
@@ -159,6 +159,7 @@ def test_llm_kwargs_from_rollout_keys_and_options(pretend_trtllm_installed):
         trust_remote_code=True,
         model_overrides={"rope_theta": 5.0},
         memory_tags=TAGS,
+        sampler="TorchSampler",
     )
     assert kwargs == {
         "model": "/m",
@@ -240,3 +241,17 @@ def test_factory_refuses_placement_device_and_missing_trtllm(pretend_trtllm_inst
     monkeypatch.setattr(builtins, "__import__", no_trtllm)
     with pytest.raises(TRTLLMNotInstalledError, match="https://pypi.nvidia.com"):
         build_trtllm_rollout_engine(cfg, model="/m", options=None, device="cuda:0")
+
+
+def test_sampler_follows_the_installed_release():
+    from verl_trtllm.engine_args import resolve_sampler
+
+    with_field, without = frozenset({"sampler_type", "model"}), frozenset({"model"})
+    assert resolve_sampler(None, with_field) == ("TRTLLMSampler", True)  # verl's choice where it exists
+    assert resolve_sampler("TorchSampler", with_field) == ("TorchSampler", True)
+    assert resolve_sampler(None, None) == ("TRTLLMSampler", True)  # field list unknown: pass it
+    # A release that removed sampler_type: TorchSampler, nothing passed; asking for TRTLLMSampler is an error.
+    assert resolve_sampler(None, without) == ("TorchSampler", False)
+    assert resolve_sampler("TorchSampler", without) == ("TorchSampler", False)
+    with pytest.raises(ValueError, match="sampler_type=TRTLLMSampler: the installed TensorRT-LLM has no sampler_type"):
+        resolve_sampler("TRTLLMSampler", without)

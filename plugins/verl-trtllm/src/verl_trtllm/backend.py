@@ -76,6 +76,8 @@ class TRTLLMBinding:
         reduce_tensor: ``torch.multiprocessing.reductions.reduce_tensor`` (a CUDA tensor -> ``(rebuild_fn,
             args)``, the IPC handle TensorRT-LLM's worker rebuilds).
         staging_device: ``f() -> torch.device`` where update tensors are staged for IPC (this process's GPU).
+        llm_fields: the installed ``TorchLlmArgs`` field names (None: unknown), so an argument a release
+            removed (``sampler_type``) is not passed (:func:`verl_trtllm.engine_args.resolve_sampler`).
     """
 
     LLM: Any
@@ -84,6 +86,7 @@ class TRTLLMBinding:
     device_uuid: Callable[[int], str]
     reduce_tensor: Callable[[Any], Any]
     staging_device: Callable[[], Any]
+    llm_fields: frozenset[str] | None = None
 
 
 def load_binding() -> TRTLLMBinding:
@@ -108,6 +111,12 @@ def load_binding() -> TRTLLMBinding:
         ) from exc
     from tensorrt_llm._torch.utils import get_device_uuid
 
+    try:
+        from tensorrt_llm.llmapi.llm_args import TorchLlmArgs
+
+        llm_fields: frozenset[str] | None = frozenset(getattr(TorchLlmArgs, "model_fields", None) or ()) or None
+    except ImportError:
+        llm_fields = None
     return TRTLLMBinding(
         LLM=trtllm.LLM,
         SamplingParams=trtllm.SamplingParams,
@@ -115,6 +124,7 @@ def load_binding() -> TRTLLMBinding:
         device_uuid=get_device_uuid,
         reduce_tensor=reduce_tensor,
         staging_device=lambda: torch.device("cuda", torch.cuda.current_device()),
+        llm_fields=llm_fields,
     )
 
 

@@ -31,7 +31,7 @@ from verl.engines.weight_sync.names import (
     update_buckets,
 )
 from verl_trtllm.backend import device_type, load_binding
-from verl_trtllm.engine_args import llm_kwargs, resolve_dtype_name
+from verl_trtllm.engine_args import llm_kwargs, resolve_dtype_name, resolve_sampler
 from verl_trtllm.options import TRTLLMRolloutOptions
 from verl_trtllm.rollout_keys import TRTLLM_MAX_NUM_TOKENS
 from verl_trtllm.translate import (
@@ -161,6 +161,7 @@ class TRTLLMRolloutEngine:
         self.sleep_mode = bool(options.enable_sleep_mode)
         self.sleep_level = int(options.sleep_level)
         self.engine_seed = int(_cfg(config, "seed", 0))
+        self.sampler, pass_sampler = resolve_sampler(options.sampler_type, self._binding.llm_fields)
         self.llm_kwargs = llm_kwargs(
             model_path=str(self.model_path),
             rollout=config,
@@ -170,6 +171,7 @@ class TRTLLMRolloutEngine:
             trust_remote_code=trust,
             model_overrides=overrides,
             memory_tags=self._binding.memory_tags,
+            sampler=self.sampler if pass_sampler else None,
         )
         start = time.perf_counter()
         self.llm = self._binding.LLM(**self.llm_kwargs)
@@ -294,7 +296,7 @@ class TRTLLMRolloutEngine:
                     max_tokens=caps[i],
                     eos_token_ids=self.eos_token_ids,
                     pad_token_id=self.pad_token_id,
-                    sampler=self.options.sampler_type,
+                    sampler=self.sampler,
                     logprobs=want_lp,
                     seed=seeds[i],
                     ignore_eos=ignore_eos,

@@ -70,6 +70,7 @@ def llm_kwargs(
     trust_remote_code: bool,
     model_overrides: Mapping[str, Any],
     memory_tags: Sequence[str],
+    sampler: str | None = "TRTLLMSampler",
 ) -> dict[str, Any]:
     """Every keyword argument of ``tensorrt_llm.LLM`` for this engine.
 
@@ -82,6 +83,7 @@ def llm_kwargs(
         trust_remote_code: ``actor_rollout_ref.model.trust_remote_code``.
         model_overrides: ``model.override_config``'s attribute overrides (:func:`verl.models.hf_config.split_override_config`).
         memory_tags: the installed ``ExecutorMemoryType`` values (for ``sleep_config`` at level 2).
+        sampler: the ``sampler_type`` to pass (:func:`resolve_sampler`); None passes none (a release without it).
 
     Raises:
         ValueError: CUDA-graph settings with ``enforce_eager``, a bad ``load_format``, or an override set both ways.
@@ -98,9 +100,10 @@ def llm_kwargs(
         "max_seq_len": int(max_seq_len),
         "kv_cache_config": kv_cache_config(rollout, options),
         "load_format": load_format(rollout),
-        "sampler_type": options.sampler_type,
         "print_iter_log": not bool(getattr(rollout, "disable_log_stats", True)),
     }
+    if sampler is not None:
+        kwargs["sampler_type"] = sampler
     for key, name in (("max_num_seqs", "max_batch_size"), ("max_num_batched_tokens", "max_num_tokens")):
         value = getattr(rollout, key, None)
         if value is not None:
@@ -118,3 +121,23 @@ def llm_kwargs(
         kwargs["model_kwargs"] = model_kwargs
     kwargs.update(set_passthrough(options))
     return kwargs
+
+
+def resolve_sampler(requested: str | None, llm_fields: frozenset[str] | None) -> tuple[str, bool]:
+    """``(sampler in use, whether LLM(...) gets sampler_type)`` for ``engine_kwargs.trtllm.sampler_type``.
+
+    Newer TensorRT-LLM releases removed ``sampler_type`` (and ``TRTLLMSampler``): there the sampler is
+    ``TorchSampler`` and the argument is not passed. Null means ``TRTLLMSampler`` (verl's choice) where the field
+    exists. ``llm_fields`` None (the installed field list is unknown) passes the argument.
+
+    Raises:
+        ValueError: ``TRTLLMSampler`` asked for explicitly on a release without ``sampler_type``.
+    """
+    if llm_fields is None or "sampler_type" in llm_fields:
+        return requested or "TRTLLMSampler", True
+    if requested == "TRTLLMSampler":
+        raise ValueError(
+            "actor_rollout_ref.rollout.engine_kwargs.trtllm.sampler_type=TRTLLMSampler: the installed TensorRT-LLM "
+            "has no sampler_type (TRTLLMSampler was removed; TorchSampler is its only sampler): unset it"
+        )
+    return "TorchSampler", False

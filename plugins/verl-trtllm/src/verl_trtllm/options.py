@@ -159,7 +159,7 @@ OWN_FIELDS: dict[str, Any] = {
     "dtype": attrs.field(default=None, type=str | None, validator=_optional_choice(DTYPES)),
     "enable_sleep_mode": attrs.field(default=True, type=bool, validator=_bool),
     "sleep_level": attrs.field(default=1, type=int, validator=_choice(SLEEP_LEVELS)),
-    "sampler_type": attrs.field(default="TRTLLMSampler", type=str, validator=_choice(SAMPLERS)),
+    "sampler_type": attrs.field(default=None, type=str | None, validator=_optional_choice(SAMPLERS)),
     "kv_cache_config": attrs.field(default=None, type=Any, converter=_mapping_without("kv_cache_config")),
     "cuda_graph_config": attrs.field(default=None, type=Any, converter=_mapping_without("cuda_graph_config")),
     "model_kwargs": attrs.field(default=None, type=Any, converter=_mapping_without("model_kwargs")),
@@ -188,8 +188,10 @@ Own options:
 * ``sleep_level`` (1): 1 = weights backed up to host memory on sleep (TensorRT-LLM's default restore mode for
   them), KV cache dropped; 2 = weights discarded too (``SleepConfig.restore_modes`` ``model_weights: NONE``, as
   verl configures it): an ``update_weights`` must follow every wake-up before generating.
-* ``sampler_type`` (``TRTLLMSampler``, verl's default): TensorRT-LLM's sampler; ``TorchSampler`` is the other.
-  The sampler decides how the chosen token's log-prob is asked for (``logprobs=1`` / ``0``, as verl asks).
+* ``sampler_type``: TensorRT-LLM's sampler, ``TRTLLMSampler`` (verl's choice; null means it) or
+  ``TorchSampler``. Releases that removed the argument have only ``TorchSampler``: null then passes nothing and
+  ``TRTLLMSampler`` is an error. The sampler decides how the chosen token's log-prob is asked for
+  (``logprobs=1`` / ``0``, as verl asks).
 * ``kv_cache_config``: TensorRT-LLM ``KvCacheConfig`` fields (mapping or JSON string) merged over the ones the
   rollout keys set (``free_gpu_memory_fraction`` from ``rollout.gpu_memory_utilization``, ``enable_block_reuse``
   from ``rollout.enable_prefix_caching``; those two are refused here).
