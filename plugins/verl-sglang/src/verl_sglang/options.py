@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
 from verl_sglang.server_args_fields import ServerArgsFields, server_args_fields
 
 ROLLOUT = "actor_rollout_ref.rollout"
