@@ -36,8 +36,11 @@ def test_row_seeds_per_row_call_and_greedy():
 def test_caps_leave_sglangs_two_free_positions():
     # context 50: SGLang lets a 30-token prompt produce 50 - 2 - 30 = 18 tokens.
     assert max_new_tokens_per_row([30, 40, 10], 16, 50) == [16, 8, 16]
-    with pytest.raises(ValueError, match="row 1 has 48 tokens"):
-        max_new_tokens_per_row([3, 48], 16, 50)
+    # SGLang's scheduler aborts prompts of max_req_input_len = (50 - 1) - 5 = 44 tokens or more.
+    longest = (50 - 1) - 5 - 1
+    assert max_new_tokens_per_row([longest], 16, 50) == [50 - 2 - longest]
+    with pytest.raises(ValueError, match=f"row 1 has {longest + 1} tokens"):
+        max_new_tokens_per_row([3, longest + 1], 16, 50)
 
 
 def _params(**kw):

@@ -93,7 +93,9 @@ class SGLangRolloutEngine:
             ``top_k``, ``do_sample``, ``val_kwargs``, ``ignore_eos``), ``prompt_length``, ``response_length``,
             ``calculate_log_probs``, ``dtype``, ``seed``, ``tensor_model_parallel_size``,
             ``checkpoint_engine.update_weights_bucket_megabytes`` and the engine keys of
-            :mod:`verl_sglang.rollout_keys`. Its ``engine_kwargs`` are not read.
+            :mod:`verl_sglang.rollout_keys`. Its ``engine_kwargs`` are read only by
+            :func:`~verl_sglang.rollout_keys.check_config` (the config-load check, run again here); the engine
+            takes its SGLang options from ``options``.
         device: the worker's device: ``cuda[:i]`` or ``npu[:i]`` (``cpu`` runs SGLang's source-built Xeon backend,
             without sleep mode).
         options: :class:`~verl_sglang.options.SGLangRolloutOptions` (the validated ``engine_kwargs.sglang``);
@@ -252,7 +254,7 @@ class SGLangRolloutEngine:
         input's device, ``meta_info["timing"]["generate_sequences"]`` in seconds. Wakes a sleeping engine.
 
         Raises:
-            ValueError: a bad prompt batch, or a prompt that leaves no room in the context.
+            ValueError: a bad prompt batch, or a prompt longer than SGLang takes (``context_length - 7`` tokens).
             RuntimeError: the weights were released without a backup and not synced since; SGLang aborted a
                 request or returned inconsistent log-probs.
         """

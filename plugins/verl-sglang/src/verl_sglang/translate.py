@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from verl.engines.reference.sampling import SamplingParams as VerlSampling
-from verl_sglang.server_args import CONTEXT_HEADROOM
+from verl_sglang.server_args import CONTEXT_HEADROOM, PROMPT_HEADROOM
 
 # Per-row seeds from one call seed (meta_info["seed"]): distinct, reproducible seeds for the n samples of a prompt
 # (a shared seed would make them identical). SGLang takes signed 64-bit seeds.
@@ -75,18 +75,19 @@ def max_new_tokens_per_row(prompt_lengths: Sequence[int], response_length: int, 
     (it keeps :data:`~verl_sglang.server_args.CONTEXT_HEADROOM` positions), so the request asks for no more.
 
     Raises:
-        ValueError: a prompt leaves no room for one new token, naming the row, its length and the fix.
+        ValueError: a prompt SGLang would refuse (``prompt_len > context - 7``: its scheduler aborts prompts of
+            ``context_length - 6`` tokens or more, ``managers/tp_worker.py`` ``max_req_input_len``, and
+            ``Engine.generate`` raises), naming the row, its length and the fix.
     """
     out = []
     for i, plen in enumerate(prompt_lengths):
-        room = context - CONTEXT_HEADROOM - int(plen)
-        if room < 1:
+        if int(plen) > context - PROMPT_HEADROOM:
             raise ValueError(
-                f"prompt row {i} has {plen} tokens, which leaves no room in the SGLang engine's context_length "
-                f"({context}, {CONTEXT_HEADROOM} of them kept free by SGLang); lower data.max_prompt_length or raise "
-                "actor_rollout_ref.rollout.max_model_len"
+                f"prompt row {i} has {plen} tokens; the SGLang engine's context_length ({context}) takes prompts of "
+                f"at most {context - PROMPT_HEADROOM} tokens (SGLang refuses context_length - 6 or more); lower "
+                "data.max_prompt_length or raise actor_rollout_ref.rollout.max_model_len"
             )
-        out.append(min(int(response_length), room))
+        out.append(min(int(response_length), context - CONTEXT_HEADROOM - int(plen)))
     return out
 
 
