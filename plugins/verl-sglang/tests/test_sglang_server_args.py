@@ -105,6 +105,9 @@ def test_check_config_refuses_what_sglang_cannot_honour():
         f"{R}.enable_chunked_prefill",
     }
     assert "log_level=info" in problems[f"{R}.disable_log_stats"]
+    # A null chunk size is SGLang's default, no conflict with chunked prefill off.
+    unset = _rollout(enable_chunked_prefill=False, engine_kwargs={"sglang": {"chunked_prefill_size": None}})
+    assert check_config(unset) == []
     with pytest.raises(ValueError, match="'dummy'"):
         load_format(_rollout(load_format="dummy"))
 
@@ -193,6 +196,12 @@ def test_build_server_args_sets_hybrid_token_in_token_out_values():
     }
     assert args == expected
     assert _build(device_kind="cpu")["enable_memory_saver"] is False
+
+
+def test_build_server_args_refuses_an_option_that_contradicts_a_rollout_key():
+    # Without config load's check_config (options built in code): chunked prefill off vs a chunk size.
+    with pytest.raises(ValueError, match=r"chunked_prefill_size=256 conflicts with chunked_prefill_size=-1"):
+        _build(rollout=_rollout(enable_chunked_prefill=False), options=SGLangRolloutOptions(chunked_prefill_size=256))
 
 
 def test_build_server_args_needs_the_fields_it_sets():

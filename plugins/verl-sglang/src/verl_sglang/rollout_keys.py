@@ -66,7 +66,8 @@ def check_config(rollout: Any) -> list[tuple[str, str]]:
                 "CUDA graphs off (disable_cuda_graph); remove one of them",
             )
         )
-    if getattr(rollout, "enable_chunked_prefill", None) is False and "chunked_prefill_size" in _sglang_kwargs(rollout):
+    chunk = _sglang_kwargs(rollout).get("chunked_prefill_size")
+    if getattr(rollout, "enable_chunked_prefill", None) is False and chunk is not None:
         problems.append(
             (
                 f"{ROLLOUT}.enable_chunked_prefill",
@@ -98,7 +99,8 @@ def rollout_server_args(rollout: Any, fields: frozenset[str] | set[str]) -> dict
         fields: the installed ``ServerArgs`` field names (the CUDA-graph batch sizes changed name).
 
     Raises:
-        ValueError: ``cudagraph_capture_sizes`` set but this sglang has neither of its fields.
+        ValueError: ``cudagraph_capture_sizes`` set but this sglang has neither of its fields; a ``load_format``
+            SGLang cannot read a HF checkpoint with (:func:`load_format`).
     """
     memory = getattr(rollout, "gpu_memory_utilization", None)
     out: dict[str, Any] = {

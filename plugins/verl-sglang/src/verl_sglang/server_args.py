@@ -157,7 +157,10 @@ def build_server_args(
         sglang_version: the installed version (the attention default depends on it).
 
     Raises:
-        ValueError: the installed ``ServerArgs`` lacks a field this plugin needs (:data:`REQUIRED_FIELDS`).
+        ValueError: the installed ``ServerArgs`` lacks a field this plugin needs (:data:`REQUIRED_FIELDS`) or one
+            the arguments name; an option conflicts with a rollout key (``chunked_prefill_size`` with
+            ``enable_chunked_prefill=false``); a rollout key :func:`~verl_sglang.rollout_keys.rollout_server_args`
+            refuses.
     """
     names = frozenset(fields)
     missing = [name for name in REQUIRED_FIELDS if name not in names]
@@ -191,7 +194,18 @@ def build_server_args(
     )
     if backend is not None:
         args["attention_backend"] = backend
-    args.update(passthrough_arguments(options))
+    extra = passthrough_arguments(options)
+    # Only chunked_prefill_size can collide (every other value set above is refused as an option): the rollout
+    # key's -1 and a chunk size cannot both hold.
+    clash = sorted(set(extra) & set(args))
+    if clash:
+        name = clash[0]
+        source = {"chunked_prefill_size": f"{ROLLOUT}.enable_chunked_prefill=false"}.get(name, "the rollout keys")
+        raise ValueError(
+            f"rollout engine 'sglang': engine_kwargs.sglang.{name}={extra[name]!r} conflicts with {name}="
+            f"{args[name]!r}, set from {source}; remove one of them"
+        )
+    args.update(extra)
     unknown = sorted(set(args) - names)
     if unknown:
         raise ValueError(f"rollout engine 'sglang': the installed sglang's ServerArgs has no {unknown}")
