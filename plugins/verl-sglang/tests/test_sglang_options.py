@@ -161,8 +161,10 @@ def test_config_load_refuses_typos_plugin_keys_and_bad_values():
     ):
         with pytest.raises(ConfigError, match=f"engine_kwargs.sglang.{key} is set by rollout engine 'sglang'"):
             _structure({key: value})
-    with pytest.raises(ConfigError, match="gpu_memory_utilization"):
+    with pytest.raises(ConfigError, match=r"set actor_rollout_ref\.rollout\.gpu_memory_utilization instead"):
         _structure({"mem_fraction_static": 0.3})
+    with pytest.raises(ConfigError, match=r"skip_tokenizer_init is set by rollout engine 'sglang' \(always true"):
+        _structure({"skip_tokenizer_init": False})
     with pytest.raises(ConfigError, match="log_level='loud'"):
         _structure({"log_level": "loud"})
     with pytest.raises(ConfigError, match="TCP port"):

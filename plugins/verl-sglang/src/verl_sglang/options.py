@@ -41,7 +41,7 @@ SET_BY: dict[str, str] = {
     "nnodes": "(one engine per tensor-parallel group, on the node of the group's first rank)",
     "node_rank": "(one engine per tensor-parallel group, on the node of the group's first rank)",
     "dist_init_addr": "(one engine per tensor-parallel group, on the node of the group's first rank)",
-    "base_gpu_id": "from the worker's device (its first rank's GPU)",
+    "base_gpu_id": "(from the worker's device: the GPU of the TP group's first rank)",
     "gpu_id_step": "(1: a group's ranks are consecutive GPUs)",
     "device": "from trainer.device",
     "dtype": f"from {ROLLOUT}.dtype",
@@ -61,13 +61,23 @@ SET_BY: dict[str, str] = {
 }
 
 
+def set_by_message(name: str, reason: str) -> str:
+    """Why ``engine_kwargs.sglang.<name>`` is refused (``reason`` from :data:`SET_BY`), and the key to set instead
+    when the value comes from one config key."""
+    source = reason.removeprefix("from ")
+    if source != reason and " " not in source:  # one config key: name it as the fix
+        return (
+            f"engine_kwargs.sglang.{name} is set by rollout engine 'sglang' from {source}; set {source} instead "
+            "and remove it from engine_kwargs.sglang"
+        )
+    why = reason if reason.startswith("(") else f"({reason})"
+    return f"engine_kwargs.sglang.{name} is set by rollout engine 'sglang' {why}; remove it from engine_kwargs.sglang"
+
+
 def _set_by_us(reason: str) -> Any:
     def check(inst: object, attribute: attrs.Attribute, value: Any) -> None:
         if value is not None:
-            raise ValueError(
-                f"engine_kwargs.sglang.{attribute.name} is set by rollout engine 'sglang' {reason}; remove it from "
-                "engine_kwargs.sglang"
-            )
+            raise ValueError(set_by_message(attribute.name, reason))
 
     return check
 
