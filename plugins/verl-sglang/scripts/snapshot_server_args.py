@@ -3,7 +3,7 @@
     python plugins/verl-sglang/scripts/snapshot_server_args.py
 
 Reads the field names with :func:`verl_sglang.server_args_fields.read_server_args_fields` (no sglang import) and
-writes them sorted, with the version they came from. ``tests/test_sglang_server_args_real.py`` checks the
+writes them sorted, with the version they came from. ``tests/test_sglang_real.py`` checks the
 snapshot against the installed source and the live ``ServerArgs`` class when that version is installed.
 """
 

@@ -10,7 +10,8 @@ Three things this module adds:
 
 * the names and shapes are checked before anything is sent (core's
   :func:`verl.engines.weight_sync.names.update_buckets`): SGLang's ``load_weights`` skips a name its model does
-  not have *silently* (``if name not in params_dict: continue``), so a misspelt update would change nothing;
+  not have without failing (``if name not in params_dict: continue``, or a log warning "Parameter ... not
+  found in params_dict" in ``srt/models/llama.py`` / ``qwen2.py``), so a misspelt update would change nothing;
 * a bucket is packed per dtype: ``FlattenedTensorBucket`` concatenates the tensors' bytes and views each slice
   back as its dtype, which fails when a slice's offset is not a multiple of its element size (e.g. 3 float16
   values before a float32 one); one flattened tensor per dtype keeps every offset aligned;
