@@ -33,7 +33,9 @@ The rules that come with the list:
   ``verl.engines.optim``'s ``build_optimizer``, ``build_lr_scheduler`` (verl-megatron uses them).
 * 2.3 (minor: names added): ``verl.engines.weight_sync.names``, the checks on a weight update bound for a
   rollout engine that loads its own copy of the checkpoint (names, shapes, fused groups, tied head) and the
-  bucketing that never splits a fused group (verl-vllm, verl-sglang, verl-trtllm share them).
+  bucketing that never splits a fused group, and ``verl.engines.prompts``'s ``strip_left_padding``,
+  ``row_seeds``, ``eos_token_ids``, the per-row inputs of a token-in engine (verl-vllm, verl-sglang, verl-trtllm
+  share them).
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -104,7 +106,8 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     "verl.engines.base": ("TrainingEngine", "RolloutEngine", "CheckpointEngine", "LossFn", "wake_up_tagged"),
     # Helpers every backend needs to read verl's config the way core does.
     "verl.engines.dtypes": ("resolve_dtype",),
-    "verl.engines.prompts": ("check_prompt_batch",),
+    # 2.3: the per-row inputs of a token-in engine (vLLM, SGLang, TensorRT-LLM share them).
+    "verl.engines.prompts": ("check_prompt_batch", "strip_left_padding", "row_seeds", "eos_token_ids"),
     "verl.models": ("load_tokenizer", "resolve_model_path"),
     "verl.models.hf_config": ("load_hf_config", "split_override_config"),
     # Extension points of the reference engines (subclassed by verl-fsdp) and the rollout output layout.

@@ -14,60 +14,15 @@ from typing import Any
 
 import torch
 
+# Shared with the other token-in engines; re-exported here, where this engine's translation lives.
+from verl.engines.prompts import row_seeds, strip_left_padding  # noqa: F401
 from verl.engines.reference.sampling import SamplingParams as VerlSampling
 from verl_sglang.server_args import CONTEXT_HEADROOM, PROMPT_HEADROOM
-
-# Per-row seeds from one call seed (meta_info["seed"]): distinct, reproducible seeds for the n samples of a prompt
-# (a shared seed would make them identical). SGLang takes signed 64-bit seeds.
-_SEED_STRIDE = 1_000_003
-_SEED_MOD = 1 << 63
 
 #: sleep(): what is released (verl's ServerAdapter.release at sleep_level 2: KV cache and weights).
 RELEASE_TAGS = ("kv_cache", "weights")
 #: wake order: the weights before the weight sync, the KV cache after it (verl engine_workers.py).
 WAKE_ORDER = ("weights", "kv_cache")
-
-
-def strip_left_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
-    """Prompt token ids per row without padding: ``input_ids[i][attention_mask[i] == 1]``.
-
-    Args:
-        input_ids: ``(bs, prompt_len)`` int64, left-padded.
-        attention_mask: ``(bs, prompt_len)`` 0/1.
-
-    Returns:
-        ``bs`` lists of ints, the exact tokens the trainer built (SGLang's ``input_ids``; nothing re-tokenised).
-    """
-    ids, mask = input_ids.cpu().tolist(), attention_mask.cpu().bool().tolist()
-    return [
-        [tok for tok, keep in zip(row, keep_row, strict=True) if keep] for row, keep_row in zip(ids, mask, strict=True)
-    ]
-
-
-def row_seeds(bs: int, sample_seed: torch.Tensor | None, call_seed: int | None, greedy: bool) -> list[int | None]:
-    """``sampling_seed`` of each row.
-
-    * greedy: ``None`` (no randomness);
-    * ``sample_seed`` ``(bs,)`` given: ``sample_seed[i] mod 2**63`` (a row samples the same tokens whatever batch
-      it is in, as with the ``hf`` engine);
-    * else ``call_seed`` (``meta_info["seed"]``): ``(call_seed * 1_000_003 + i) mod 2**63``;
-    * else ``None`` (the engine's generator, seeded with ``random_seed``).
-
-    SGLang applies ``sampling_seed`` only with ``enable_deterministic_inference``
-    (``srt/sampling/sampling_batch_info.py``); without it the seeds are sent and ignored.
-
-    Raises:
-        ValueError: ``sample_seed`` not of shape ``(bs,)``.
-    """
-    if greedy:
-        return [None] * bs
-    if sample_seed is not None:
-        if tuple(sample_seed.shape) != (bs,):
-            raise ValueError(f"sample_seed must have shape ({bs},), got {tuple(sample_seed.shape)}")
-        return [int(s) % _SEED_MOD for s in sample_seed.tolist()]
-    if call_seed is not None:
-        return [(int(call_seed) * _SEED_STRIDE + i) % _SEED_MOD for i in range(bs)]
-    return [None] * bs
 
 
 def max_new_tokens_per_row(prompt_lengths: Sequence[int], response_length: int, context: int) -> list[int]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from verl.engines.prompts import check_prompt_batch
+from verl.engines.prompts import check_prompt_batch, eos_token_ids
 from verl.engines.reference.postprocess import build_rollout_batch
 from verl.engines.reference.sampling import resolve_sampling_params
 from verl.engines.weight_sync.names import (
@@ -58,21 +58,6 @@ class ModelTooLongError(ValueError):
 def _cfg(config: Any, name: str, default: Any) -> Any:
     value = getattr(config, name, default)
     return default if value is None else value
-
-
-def _eos_token_ids(tokenizer: Any, model_path: Any) -> list[int]:
-    """The tokenizer's EOS id, then ``generation_config.eos_token_id`` (int or list), without repeats."""
-    from transformers import GenerationConfig
-
-    sources: list[Any] = [getattr(tokenizer, "eos_token_id", None)]
-    with contextlib.suppress(OSError, ValueError):
-        sources.append(GenerationConfig.from_pretrained(str(model_path)).eos_token_id)
-    ids: list[int] = []
-    for source in sources:
-        for i in [source] if isinstance(source, int) else list(source or []):
-            if int(i) not in ids:
-                ids.append(int(i))
-    return ids
 
 
 class TRTLLMRolloutEngine:
@@ -146,7 +131,7 @@ class TRTLLMRolloutEngine:
         self.tokenizer = (
             tokenizer if tokenizer is not None else load_tokenizer(self.model_path, trust_remote_code=trust)
         )
-        self.eos_token_ids = _eos_token_ids(self.tokenizer, self.model_path)
+        self.eos_token_ids = eos_token_ids(self.tokenizer, self.model_path)
         if not self.eos_token_ids:
             raise ValueError("rollout engine 'trtllm': neither the tokenizer nor generation_config defines an EOS id")
         pad = getattr(self.tokenizer, "pad_token_id", None)

@@ -13,51 +13,9 @@ from typing import Any
 
 import torch
 
+# Shared with the other token-in engines; re-exported here, where this engine's translation lives.
+from verl.engines.prompts import row_seeds, strip_left_padding  # noqa: F401
 from verl.engines.reference.sampling import SamplingParams as VerlSampling
-
-# Per-row seed derivation when the call carries one seed (meta_info["seed"]) and no per-row seeds:
-# distinct, reproducible seeds for the n samples of a prompt (a shared seed would make them identical).
-_SEED_STRIDE = 1_000_003
-_SEED_MOD = 1 << 63
-
-
-def strip_left_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
-    """Prompt token ids per row without padding: ``input_ids[i][attention_mask[i] == 1]``.
-
-    Args:
-        input_ids: ``(bs, prompt_len)`` int64, left-padded.
-        attention_mask: ``(bs, prompt_len)`` 0/1.
-
-    Returns:
-        ``bs`` lists of ints (the exact tokens the trainer built; nothing is re-tokenised).
-    """
-    ids, mask = input_ids.cpu().tolist(), attention_mask.cpu().bool().tolist()
-    return [
-        [tok for tok, keep in zip(row, keep_row, strict=True) if keep] for row, keep_row in zip(ids, mask, strict=True)
-    ]
-
-
-def row_seeds(bs: int, sample_seed: torch.Tensor | None, call_seed: int | None, greedy: bool) -> list[int | None]:
-    """Sampler seed of each row (``SamplingParams.seed``).
-
-    * greedy: ``None`` (no randomness);
-    * ``sample_seed`` ``(bs,)`` given: ``sample_seed[i] mod 2**63`` (a row samples the same tokens whatever
-      batch it is in, as with the ``hf`` engine);
-    * else ``call_seed`` (``meta_info["seed"]``) given: ``(call_seed * 1_000_003 + i) mod 2**63``;
-    * else ``None``: the engine's own generator (seeded once with the engine seed).
-
-    Raises:
-        ValueError: ``sample_seed`` not of shape ``(bs,)``.
-    """
-    if greedy:
-        return [None] * bs
-    if sample_seed is not None:
-        if tuple(sample_seed.shape) != (bs,):
-            raise ValueError(f"sample_seed must have shape ({bs},), got {tuple(sample_seed.shape)}")
-        return [int(s) % _SEED_MOD for s in sample_seed.tolist()]
-    if call_seed is not None:
-        return [(int(call_seed) * _SEED_STRIDE + i) % _SEED_MOD for i in range(bs)]
-    return [None] * bs
 
 
 def max_tokens_per_row(prompt_lengths: Sequence[int], response_length: int, max_model_len: int) -> list[int]:
