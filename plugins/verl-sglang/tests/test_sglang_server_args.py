@@ -105,6 +105,13 @@ def test_check_config_refuses_what_sglang_cannot_honour():
         f"{R}.enable_chunked_prefill",
     }
     assert "log_level=info" in problems[f"{R}.disable_log_stats"]
+    # SGLang's cuda_graph_* fields would switch CUDA graphs back on after enforce_eager's disable_cuda_graph.
+    eager = _rollout(
+        enforce_eager=True, engine_kwargs={"sglang": {"cuda_graph_config": {"a": 1}, "cuda_graph_bs": None}}
+    )
+    ((key, message),) = check_config(eager)
+    assert key == f"{R}.engine_kwargs.sglang.cuda_graph_config" and "enforce_eager=true" in message
+    assert check_config(_rollout(enforce_eager=False, engine_kwargs={"sglang": {"cuda_graph_config": {"a": 1}}})) == []
     # A null chunk size is SGLang's default, no conflict with chunked prefill off.
     unset = _rollout(enable_chunked_prefill=False, engine_kwargs={"sglang": {"chunked_prefill_size": None}})
     assert check_config(unset) == []

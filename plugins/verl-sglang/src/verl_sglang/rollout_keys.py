@@ -66,6 +66,16 @@ def check_config(rollout: Any) -> list[tuple[str, str]]:
                 "CUDA graphs off (disable_cuda_graph); remove one of them",
             )
         )
+    graphs = sorted(k for k, v in _sglang_kwargs(rollout).items() if k.startswith("cuda_graph") and v is not None)
+    if getattr(rollout, "enforce_eager", None) and graphs:
+        # SGLang applies its cuda_graph_* fields after the legacy disable_cuda_graph switch: they would win.
+        problems.append(
+            (
+                f"{ROLLOUT}.engine_kwargs.sglang.{graphs[0]}",
+                f"configures CUDA graphs ({', '.join(graphs)}), but {ROLLOUT}.enforce_eager=true turns them off "
+                "(disable_cuda_graph), and SGLang would let these fields switch them back on; remove one of them",
+            )
+        )
     chunk = _sglang_kwargs(rollout).get("chunked_prefill_size")
     if getattr(rollout, "enable_chunked_prefill", None) is False and chunk is not None:
         problems.append(
