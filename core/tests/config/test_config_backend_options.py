@@ -143,3 +143,22 @@ def test_registry_without_a_lookup_is_skipped() -> None:
         validate_registered_names(
             cfg, SimpleNamespace(get_adv_estimator_fn=lambda name: (_ for _ in ()).throw(ValueError("nope")))
         )
+
+
+def test_check_config_gets_the_whole_config_when_it_takes_root() -> None:
+    from verl.config.backend_options import _run_check_config
+
+    cfg = load_config(overrides=["trainer.controller=ray"])
+    seen = []
+
+    def rollout_only(rollout):
+        seen.append(("rollout_only", rollout is cfg.actor_rollout_ref.rollout))
+        return []
+
+    def with_root(rollout, *, root=None):
+        seen.append(("with_root", root is cfg))
+        return [("trainer.controller", f"controller={root.trainer.controller}")]
+
+    assert _run_check_config(rollout_only, cfg) == []
+    assert _run_check_config(with_root, cfg) == [("trainer.controller", "controller=ray")]
+    assert seen == [("rollout_only", True), ("with_root", True)]

@@ -116,6 +116,14 @@ def test_check_config_on_a_rollout_section(pretend_trtllm_installed):
     assert [k for k, _ in check_trtllm_rollout_config(eager_with_graphs)] == [f"{KW}.cuda_graph_config"]
 
 
+def test_a_ray_or_multi_worker_run_is_refused_at_config_load(pretend_trtllm_installed):
+    # check_config takes root= (plugin API 2.3): the placement the engine cannot run in fails before anything loads.
+    for override in ("trainer.controller=ray", "trainer.n_gpus_per_node=2"):
+        with pytest.raises(ConfigError) as info:
+            _cfg(override)
+        assert info.value.key == "trainer.controller" and "trainer.controller=local with one GPU" in str(info.value)
+
+
 def test_available_never_imports_and_names_the_install(monkeypatch):
     from verl_trtllm.plugin import INSTALL_COMMAND, trtllm_available
 

@@ -161,7 +161,7 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
                 "(hf, vllm)",
             )
         check = getattr(spec, "check_config", None) if kind == "rollout_engine" else None
-        for key, message in check(cfg.actor_rollout_ref.rollout) if check is not None else ():
+        for key, message in _run_check_config(check, cfg) if check is not None else ():
             report.error(key, message)
         try:
             # The one rule the workers use too (verl.config.engine_options): what is checked is what engines get.
@@ -171,6 +171,19 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
             report.errors.extend(issue for issue in exc.issues if issue not in report.errors)
     report.raise_if_errors()
     return options
+
+
+def _run_check_config(check: Any, cfg: RootConfig) -> Any:
+    """A rollout spec's ``check_config`` on the rollout section, with the whole config as ``root=`` when the
+    function takes that keyword (plugin API 2.3: placement rules need ``trainer``)."""
+    import inspect
+
+    try:
+        takes_root = "root" in inspect.signature(check).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: the 2.0 signature
+        takes_root = False
+    rollout = cfg.actor_rollout_ref.rollout
+    return check(rollout, root=cfg) if takes_root else check(rollout)
 
 
 def validate_registered_names(cfg: RootConfig, registry: Any | None = None) -> None:

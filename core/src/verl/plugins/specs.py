@@ -248,7 +248,9 @@ class RolloutEngineSpec(_BackendSpec):
 
     ``check_config``: optional ``f(rollout_config) -> [(dotted key, message), ...]``, run when the config is
     loaded: the first-class rollout keys (``gpu_memory_utilization``, ``enforce_eager``, ...) this backend
-    cannot honour, or honours only in some range. Cheap and import-light, like ``available``.
+    cannot honour, or honours only in some range. Cheap and import-light, like ``available``. Since plugin API
+    2.3 a function with a ``root`` keyword parameter (``f(rollout_config, *, root)``) also gets the whole
+    :class:`verl.config.RootConfig`, for rules on other sections (the trainer's placement).
     """
 
     KIND: ClassVar[str] = "rollout_engine"

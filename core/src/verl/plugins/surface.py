@@ -35,7 +35,7 @@ The rules that come with the list:
   rollout engine that loads its own copy of the checkpoint (names, shapes, fused groups, tied head) and the
   bucketing that never splits a fused group, and ``verl.engines.prompts``'s ``strip_left_padding``,
   ``row_seeds``, ``eos_token_ids``, the per-row inputs of a token-in engine (verl-vllm, verl-sglang, verl-trtllm
-  share them).
+  share them). A rollout spec's ``check_config`` that takes a ``root`` keyword also gets the whole config.
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.

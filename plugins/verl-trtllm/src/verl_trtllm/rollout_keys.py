@@ -39,8 +39,12 @@ def _raw_kwargs(rollout: Any) -> Mapping[str, Any]:
     return raw if isinstance(raw, Mapping) else {}
 
 
-def check_trtllm_rollout_config(rollout: Any) -> list[tuple[str, str]]:
+def check_trtllm_rollout_config(rollout: Any, *, root: Any = None) -> list[tuple[str, str]]:
     """``(dotted key, message)`` for rollout keys the ``trtllm`` engine cannot honour (the spec's ``check_config``).
+
+    * with ``root`` (the whole config, plugin API 2.3): a placement the engine is not built for
+      (``trainer.controller=ray`` or several workers, :func:`verl_trtllm.builder.placement_problem`), at config
+      load rather than when the engine is built;
 
     * ``load_format`` other than ``auto``/``hf``/``safetensors``;
     * ``cudagraph_capture_sizes`` or ``engine_kwargs.trtllm.cuda_graph_config`` with ``enforce_eager=true``
@@ -48,6 +52,12 @@ def check_trtllm_rollout_config(rollout: Any) -> list[tuple[str, str]]:
     * a prompt length above the step token budget without chunked prefill (TensorRT-LLM refuses such prompts).
     """
     problems: list[tuple[str, str]] = []
+    if root is not None:
+        from verl_trtllm.builder import placement_problem
+
+        problem = placement_problem(root)
+        if problem is not None:
+            problems.append(("trainer.controller", problem))
     fmt = getattr(rollout, "load_format", None) or "auto"
     if fmt not in LOAD_FORMATS:
         problems.append(
