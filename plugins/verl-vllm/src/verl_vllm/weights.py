@@ -13,35 +13,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
-from verl.engines.weight_sync.names import (
-    FUSED_GROUPS,
-    UnknownWeightError,
-    checkpoint_shapes,
-    tied_embeddings,
-    update_buckets,
-)
+from verl.engines.weight_sync.names import UnknownWeightError, checkpoint_shapes, tied_embeddings, update_buckets
 from verl.engines.weight_sync.names import check_specs as _check_specs
-from verl.engines.weight_sync.names import check_update as _check_update
 
-__all__ = [
-    "FUSED_GROUPS",
-    "UnknownWeightError",
-    "check_specs",
-    "check_update",
-    "checkpoint_shapes",
-    "reload_batches",
-    "tied_embeddings",
-]
+__all__ = ["UnknownWeightError", "check_specs", "checkpoint_shapes", "reload_batches", "tied_embeddings"]
 
 
 def check_specs(specs: Iterable[tuple[str, Sequence[int]]], shapes: Mapping[str, tuple[int, ...]]) -> None:
     """:func:`verl.engines.weight_sync.names.check_specs` with vLLM named in the messages."""
     _check_specs(specs, shapes, engine="vllm")
-
-
-def check_update(pairs: Iterable[tuple[str, torch.Tensor]], shapes: Mapping[str, tuple[int, ...]]) -> None:
-    """:func:`verl.engines.weight_sync.names.check_update` with vLLM named in the messages."""
-    _check_update(pairs, shapes, engine="vllm")
 
 
 def reload_batches(
