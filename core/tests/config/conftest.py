@@ -60,11 +60,14 @@ def default_table() -> dict[str, dict[str, Any]]:
             "fsdp": spec("fsdp", FsdpOptions, capabilities=frozenset({"data_parallel"})),
         },
         "rollout_engine": {
-            "hf": spec("hf", capabilities=frozenset({"tensor_parallel"})),
+            "hf": spec("hf", capabilities=frozenset({"tensor_parallel", "async_server"})),
             "vllm": spec("vllm", VllmOptions),
             "sglang": spec("sglang", devices=("cuda",)),
         },
         "checkpoint_engine": {"colocated": spec("colocated"), "broadcast": spec("broadcast")},
+        "agent_loop": {
+            name: SimpleNamespace(name=name, factory=object) for name in ("single_turn_agent", "tool_agent")
+        },
     }
 
 

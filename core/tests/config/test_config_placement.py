@@ -37,11 +37,6 @@ def test_placement_defaults_follow_rollout_nnodes() -> None:
     assert rollout_world_size(colocated) == 2
 
 
-def test_async_mode_is_refused_not_ignored() -> None:
-    error = _error([f"{ROLLOUT}.mode=async"])
-    assert error.key == f"{ROLLOUT}.mode" and "not implemented yet; use mode=sync" in str(error)
-
-
 @pytest.mark.parametrize(
     ("overrides", "key", "text"),
     [

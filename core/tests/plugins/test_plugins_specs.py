@@ -43,6 +43,7 @@ def test_kinds_and_hooks_match_the_contract():
         "checkpoint_engine",
         "advantage_estimator",
         "policy_loss",
+        "agent_loop",
     )
     assert hookspecs.HOOK_FOR_KIND == {
         "platform": "verl_platforms",
@@ -51,6 +52,7 @@ def test_kinds_and_hooks_match_the_contract():
         "checkpoint_engine": "verl_checkpoint_engines",
         "advantage_estimator": "verl_advantage_estimators",
         "policy_loss": "verl_policy_losses",
+        "agent_loop": "verl_agent_loops",
     }
 
 

@@ -160,6 +160,16 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
                 "'tensor_parallel'); use tensor_model_parallel_size=1 or a rollout engine that splits the model "
                 "(hf, vllm)",
             )
+        if (
+            kind == "rollout_engine"
+            and cfg.actor_rollout_ref.rollout.mode == "async"
+            and ("async_server" not in capabilities)
+        ):
+            report.error(
+                f"{ARR}.rollout.mode",
+                f"=async runs agent loops against the rollout engine's server, but rollout engine {name!r} does not "
+                "declare one (capability 'async_server'); use mode=sync or a serving engine (hf, vllm)",
+            )
         check = getattr(spec, "check_config", None) if kind == "rollout_engine" else None
         for key, message in _run_check_config(check, cfg) if check is not None else ():
             report.error(key, message)
@@ -169,8 +179,29 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
         except ConfigError as exc:
             # A value the reference policy inherited is reported at the actor's key, once.
             report.errors.extend(issue for issue in exc.issues if issue not in report.errors)
+    _check_agent_loops(cfg, manager, report)
     report.raise_if_errors()
     return options
+
+
+def _check_agent_loops(cfg: RootConfig, manager: Any, report: IssueCollector) -> None:
+    """``rollout.agent.default_agent_loop`` names an installed agent loop (plugins + the config file)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.mode != "async" or not manager.available("agent_loop"):
+        return  # sync mode reads no agent loop; a manager without the kind (a stripped test fake) cannot tell
+    from verl.agents.registry import agent_loop_factories
+
+    try:
+        loops = agent_loop_factories(rollout.agent, manager)
+    except ValueError as exc:
+        if "already provided" in str(exc):  # a bad file itself is validate_agents' error, reported once there
+            report.error(f"{ARR}.rollout.agent.agent_loop_config_path", str(exc))
+        return
+    if rollout.agent.default_agent_loop not in loops:
+        report.error(
+            f"{ARR}.rollout.agent.default_agent_loop",
+            f"={rollout.agent.default_agent_loop!r} is not an installed agent loop; known: {sorted(loops)}",
+        )
 
 
 def _run_check_config(check: Any, cfg: RootConfig) -> Any:

@@ -38,6 +38,7 @@ from verl.config.dump import to_dict
 from verl.config.errors import IssueCollector
 from verl.config.resolve import resolve_config
 from verl.config.schema import OptimConfig, RootConfig
+from verl.config.validate_agents import check_agents
 from verl.config.validate_algorithm import check_algorithm_keys
 from verl.config.validate_batch import ARR, check_batch_sizes, world_size
 from verl.config.validate_compat import check_compat
@@ -85,6 +86,7 @@ def validate_config(cfg: RootConfig) -> list[str]:
         _check_optim(report, "critic.optim", cfg.critic.optim)
     _check_trainer(cfg, report)
     check_rollout(cfg, report)
+    check_agents(cfg, report)
     check_support(cfg, report)
     check_compat(cfg, report)
     _check_reward(cfg, report)

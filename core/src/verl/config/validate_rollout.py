@@ -1,7 +1,7 @@
-"""Rollout placement checks (verl's ``RolloutMode``), tensor-parallel size and mode, run by ``validate_config``.
+"""Rollout placement checks (verl's ``RolloutMode``) and tensor-parallel size, run by ``validate_config``.
 
-* ``rollout.mode=async`` (verl's server-based agent-loop rollout) is refused: it is not built yet, and
-  accepting it would silently run the synchronous path;
+``rollout.mode`` and the agent sections are :mod:`verl.config.validate_agents`' checks.
+
 * placement: ``hybrid`` needs ``rollout.nnodes = 0`` and the in-process ``colocated`` weight sync;
   ``colocated`` and ``standalone`` run the rollout as Ray actors (``trainer.controller=ray``) synced by
   ``broadcast``; ``standalone`` needs ``rollout.nnodes > 0``, ``colocated`` needs ``rollout.nnodes = 0`` (it
@@ -76,12 +76,6 @@ def check_rollout(cfg: RootConfig, report: IssueCollector) -> None:
     """Add the rollout placement / mode / TP / engine-key errors of a resolved config to ``report``."""
     rollout = cfg.actor_rollout_ref.rollout
     check_engine_keys(cfg, report)
-    if rollout.mode == "async":
-        report.error(
-            f"{ARR}.rollout.mode",
-            "=async (server-based rollout with agent loops) is not implemented yet; use mode=sync "
-            "(generation inside the trainer's step, the only mode this version runs)",
-        )
     if rollout.nnodes < 0 or rollout.n_gpus_per_node < 1:
         report.error(
             f"{ARR}.rollout.nnodes",

@@ -42,6 +42,7 @@ from verl.plugins.platforms import (
 from verl.plugins.specs import (
     KINDS,
     AdvantageEstimatorSpec,
+    AgentLoopSpec,
     CheckpointEngineSpec,
     PlatformSpec,
     PolicyLossSpec,
@@ -69,6 +70,7 @@ __all__ = [
     "PluginManager",
     "PluginValidationError",
     "PolicyLossSpec",
+    "AgentLoopSpec",
     "ProbeAnswer",
     "RolloutEngineSpec",
     "TrainingEngineSpec",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from verl.plugins.discovery import PLUGIN_API_VERSION
 from verl.plugins.hookspecs import hookimpl
-from verl.plugins.specs import AdvantageEstimatorSpec, PlatformSpec, PolicyLossSpec
+from verl.plugins.specs import AdvantageEstimatorSpec, AgentLoopSpec, PlatformSpec, PolicyLossSpec
 
 VERL_PLUGIN_API = PLUGIN_API_VERSION
 
@@ -76,8 +76,9 @@ def verl_training_engines() -> list:
 def verl_rollout_engines() -> list:
     """``hf``: batched generation with HF ``transformers`` and a KV cache.
 
-    Capabilities: ``share_module`` (it can generate from the actor's live module, no second copy) and
-    ``tensor_parallel`` (``rollout.tensor_model_parallel_size > 1`` splits it over DTensor TP groups).
+    Capabilities: ``share_module`` (it can generate from the actor's live module, no second copy),
+    ``tensor_parallel`` (``rollout.tensor_model_parallel_size > 1`` splits it over DTensor TP groups) and
+    ``async_server`` (``server()`` serves concurrent token-in/token-out requests for ``rollout.mode=async``).
     """
     from verl.engines.reference.builders import HFRolloutOptions, build_hf_rollout_engine
     from verl.engines.reference.rollout_options import check_hf_rollout_config
@@ -91,7 +92,7 @@ def verl_rollout_engines() -> list:
             # Plain torch on the platform's device: npu too (torch-npu); never run on an Ascend yet, the
             # npu(reference-hf) nox session is the check.
             devices=("cpu", "cuda", "npu"),
-            capabilities={"share_module", "tensor_parallel"},
+            capabilities={"share_module", "tensor_parallel", "async_server"},
             check_config=check_hf_rollout_config,
         )
     ]
@@ -119,4 +120,18 @@ def verl_checkpoint_engines() -> list:
             # The sync group is built by the platform (gloo/nccl in core, hccl by verl-npu).
             devices=("cpu", "cuda", "npu"),
         ),
+    ]
+
+
+@hookimpl
+def verl_agent_loops() -> list[AgentLoopSpec]:
+    """``single_turn_agent`` (also ``single_turn``): one model turn; ``tool_agent``: multi-turn tool use and
+    interactions (:mod:`verl.agents`), verl's names."""
+    from verl.agents.single_turn import SingleTurnAgentLoop
+    from verl.agents.tool_agent import ToolAgentLoop
+
+    return [
+        AgentLoopSpec(name="single_turn_agent", factory=SingleTurnAgentLoop),
+        AgentLoopSpec(name="single_turn", factory=SingleTurnAgentLoop),
+        AgentLoopSpec(name="tool_agent", factory=ToolAgentLoop),
     ]

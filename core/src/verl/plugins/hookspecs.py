@@ -58,6 +58,7 @@ import pluggy
 
 from verl.plugins.specs import (
     AdvantageEstimatorSpec,
+    AgentLoopSpec,
     CheckpointEngineSpec,
     PlatformSpec,
     PolicyLossSpec,
@@ -207,6 +208,22 @@ def verl_policy_losses() -> list[PolicyLossSpec]:
     """
 
 
+@hookspec
+def verl_agent_loops() -> list[AgentLoopSpec]:
+    """Return the agent loops this plugin provides (a dataset row's ``agent_name``, ``rollout.mode=async``).
+
+    Every result is collected (plugin API 2.4). ``factory(context)`` builds the loop; see :mod:`verl.agents`.
+
+    For plugin authors::
+
+        @hookimpl
+        def verl_agent_loops():
+            from my_pkg.agent import SearchAgentLoop  # a verl.agents.AgentLoopBase subclass
+
+            return [AgentLoopSpec(name="search_agent", factory=SearchAgentLoop)]
+    """
+
+
 #: kind -> name of the hook returning that kind's specs.
 HOOK_FOR_KIND: dict[str, str] = {
     "platform": "verl_platforms",
@@ -215,4 +232,5 @@ HOOK_FOR_KIND: dict[str, str] = {
     "checkpoint_engine": "verl_checkpoint_engines",
     "advantage_estimator": "verl_advantage_estimators",
     "policy_loss": "verl_policy_losses",
+    "agent_loop": "verl_agent_loops",
 }

@@ -307,6 +307,22 @@ class PolicyLossSpec:
     fn: Callable[..., Any] = attrs.field(validator=_callable)
 
 
+@attrs.frozen(kw_only=True)
+class AgentLoopSpec:
+    """An agent loop (returned by ``verl_agent_loops``), run per sample by ``rollout.mode=async``.
+
+    Attributes: ``name`` (a dataset row's ``agent_name``, or ``rollout.agent.default_agent_loop``), ``factory``
+    (usually the :class:`verl.agents.AgentLoopBase` subclass itself): ``factory(context)`` with a
+    :class:`verl.agents.AgentLoopContext` builds a loop whose ``async run(sampling_params, **sample)`` returns a
+    :class:`verl.agents.AgentLoopOutput` (verl's ``@register(name)`` agent loops).
+    """
+
+    KIND: ClassVar[str] = "agent_loop"
+
+    name: str = attrs.field(validator=_name)
+    factory: Callable[..., Any] = attrs.field(validator=_callable)
+
+
 Spec = (
     PlatformSpec
     | TrainingEngineSpec
@@ -314,6 +330,7 @@ Spec = (
     | CheckpointEngineSpec
     | AdvantageEstimatorSpec
     | PolicyLossSpec
+    | AgentLoopSpec
 )
 
 #: kind -> spec record class, in the order ``verl plugins`` prints them.
@@ -326,6 +343,7 @@ SPEC_TYPES: dict[str, type] = {
         CheckpointEngineSpec,
         AdvantageEstimatorSpec,
         PolicyLossSpec,
+        AgentLoopSpec,
     )
 }
 

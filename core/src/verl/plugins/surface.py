@@ -36,6 +36,13 @@ The rules that come with the list:
   bucketing that never splits a fused group, and ``verl.engines.prompts``'s ``strip_left_padding``,
   ``row_seeds``, ``eos_token_ids``, the per-row inputs of a token-in engine (verl-vllm, verl-sglang, verl-trtllm
   share them). A rollout spec's ``check_config`` that takes a ``root`` keyword also gets the whole config.
+* 2.4 (minor: a kind and names added): the ``agent_loop`` kind (hook ``verl_agent_loops``, record
+  ``AgentLoopSpec``) and what an agent loop, a tool or an interaction plugin builds on: ``verl.agents``'s
+  ``AgentLoopBase``, ``AgentLoopContext``, ``AgentLoopOutput``, ``turn_seed``, ``verl.agents.chat``'s
+  ``prompt_ids`` / ``message_ids``, ``verl.agents.tool_parser``'s ``ToolParser``, ``FunctionCall``,
+  ``ParsedTurn``, ``verl.tools``' ``BaseTool``, ``ToolResponse``, ``ToolSchema``,
+  ``verl.interactions.base.BaseInteraction``, and ``verl.engines.serving`` (``TokenOutput``,
+  ``AsyncRolloutServer``, ``check_sampling_params``) for a rollout engine that serves ``rollout.mode=async``.
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -63,6 +70,7 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
         "CheckpointEngineSpec",
         "AdvantageEstimatorSpec",
         "PolicyLossSpec",
+        "AgentLoopSpec",  # 2.4
         "get_plugin_manager",
         "PluginError",
         "UnknownPluginError",
@@ -143,6 +151,13 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
         "check_update",
         "update_buckets",
     ),
+    # 2.4: agent loops, tools and interactions (rollout.mode=async), and the server contract of a serving engine.
+    "verl.agents": ("AgentLoopBase", "AgentLoopContext", "AgentLoopOutput", "turn_seed"),
+    "verl.agents.chat": ("prompt_ids", "message_ids"),
+    "verl.agents.tool_parser": ("ToolParser", "FunctionCall", "ParsedTurn"),
+    "verl.tools": ("BaseTool", "ToolResponse", "ToolSchema"),
+    "verl.interactions.base": ("BaseInteraction",),
+    "verl.engines.serving": ("TokenOutput", "AsyncRolloutServer", "check_sampling_params"),
     # Conformance kits (test code: needs verl-core[testing]).
     "verl.testing.conformance": ("*",),
     "verl.testing.tiny": ("*",),

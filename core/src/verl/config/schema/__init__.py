@@ -7,7 +7,13 @@ from verl.config.schema.data import DataConfig
 from verl.config.schema.model import CriticModelConfig, ModelConfig
 from verl.config.schema.optim import CheckpointConfig, OptimConfig
 from verl.config.schema.reward import CustomRewardFunctionConfig, RewardModelConfig, RewardModelModelConfig
-from verl.config.schema.rollout import CheckpointEngineConfig, RolloutConfig, ValKwargs
+from verl.config.schema.rollout import (
+    AgentLoopConfig,
+    CheckpointEngineConfig,
+    MultiTurnConfig,
+    RolloutConfig,
+    ValKwargs,
+)
 from verl.config.schema.root import ActorRolloutRefConfig, RootConfig
 from verl.config.schema.trainer import RayKwargsConfig, TrainerConfig
 
@@ -16,7 +22,9 @@ __all__ = [
     "ActorRolloutRefConfig",
     "AlgorithmConfig",
     "CheckpointConfig",
+    "AgentLoopConfig",
     "CheckpointEngineConfig",
+    "MultiTurnConfig",
     "CriticConfig",
     "CriticModelConfig",
     "CustomRewardFunctionConfig",

@@ -37,6 +37,73 @@ class CheckpointEngineConfig:
     engine_kwargs: BackendKwargs = free_dict(doc="per-backend options, e.g. engine_kwargs.broadcast.<key>")
 
 
+TruncateSide = Literal["left", "middle", "right"]
+SanityCheckMode = Literal["strict", "ignore_strippable", "disable"]
+
+
+@attrs.frozen(kw_only=True)
+class MultiTurnConfig:
+    """Multi-turn rollouts with tools and interactions (verl ``rollout.multi_turn``; needs ``rollout.mode=async``).
+
+    Read by the ``tool_agent`` agent loop (:mod:`verl.agents.tool_agent`). ``max_assistant_turns`` /
+    ``max_user_turns`` null means no limit besides ``response_length`` (verl: the same). Tool responses and
+    interaction turns count as user turns, as in verl. Deviations: ``function_tool_path``,
+    ``use_inference_chat_template=true`` and ``num_repeat_rollouts`` are not built and refused when set
+    (:mod:`verl.config.validate_agents`); ``interaction_config_path`` is verl 0.5's key (its interactions were
+    removed from verl at HEAD, kept here).
+    """
+
+    enable: bool = fld(False, doc="multi-turn tool rollouts (verl's switch); true needs rollout.mode=async")
+    max_assistant_turns: int | None = fld(None, doc="model turns per sample at most; null = no limit")
+    max_user_turns: int | None = fld(None, doc="tool / interaction turns per sample at most; null = no limit")
+    tool_config_path: str | None = fld(
+        None, doc="YAML listing the tools (tools: [{class_name, config, tool_schema}]); null = no tools"
+    )
+    function_tool_path: str | None = fld(None, doc="verl's @function_tool file; not built (refused when set)")
+    interaction_config_path: str | None = fld(
+        None, doc="YAML listing the interactions (interaction: [{name, class_name, config}]); null = none"
+    )
+    max_parallel_calls: int = fld(1, doc="tool calls executed per model turn; further calls in the turn are dropped")
+    max_tool_response_length: int = fld(256, doc="characters of one tool response kept (truncated with a marker)")
+    tool_response_truncate_side: TruncateSide = fld("middle", doc="where an over-long tool response is cut")
+    use_inference_chat_template: bool = fld(
+        False, doc="re-render the chat template per turn instead of the recorded token ids; only false is built"
+    )
+    tokenization_sanity_check_mode: SanityCheckMode = fld(
+        "strict",
+        doc="compare the turn-by-turn token ids with the whole conversation's chat template (strict), the same "
+        "ignoring whitespace (ignore_strippable), or not at all (disable); mismatches are counted, not fatal",
+    )
+    format: str = fld("hermes", doc="tool-call parser name (verl.agents.tool_parser registry): hermes|...")
+    num_repeat_rollouts: int | None = fld(None, doc="verl's per-sample repeats; not built (refused when set)")
+
+
+@attrs.frozen(kw_only=True)
+class CustomAsyncServerConfig:
+    """verl's ``rollout.agent.custom_async_server``: a user-provided server class; not built (refused when set)."""
+
+    path: str | None = fld(None, doc="file of a custom async server class; not built (refused when set)")
+    name: str | None = fld(None, doc="class name in that file; not built (refused when set)")
+
+
+@attrs.frozen(kw_only=True)
+class AgentLoopConfig:
+    """Agent-loop manager of ``rollout.mode=async`` (verl ``rollout.agent``).
+
+    Each rollout replica's share of the batch is split into ``num_workers`` chunks, each run by one agent-loop
+    worker (a thread with its own event loop; verl: a Ray actor) that runs every sample of its chunk as one
+    coroutine; all workers share the replica's server. A sample's loop is its ``agent_name`` column, else
+    ``default_agent_loop``; loops come from plugins (``verl_agent_loops``) and ``agent_loop_config_path``.
+    """
+
+    num_workers: int = fld(8, doc="agent-loop workers per rollout replica (threads, each running many samples)")
+    default_agent_loop: str = fld("single_turn_agent", doc="agent loop of samples without an agent_name column")
+    agent_loop_config_path: str | None = fld(
+        None, doc="YAML list of extra agent loops [{name, _target_: pkg.module.Class}]; null = plugins only"
+    )
+    custom_async_server: CustomAsyncServerConfig = section(CustomAsyncServerConfig, doc="not built")
+
+
 @attrs.frozen(kw_only=True)
 class RolloutConfig:
     """Response generation for training (and, with ``val_kwargs``, validation).
@@ -53,8 +120,8 @@ class RolloutConfig:
     ``standalone`` when ``rollout.nnodes > 0``, else ``hybrid``.
 
     Deviations from verl: ``name`` defaults to ``hf`` (core's transformers engine, verl:
-    required), ``mode`` to ``sync`` (verl: ``async``; the server-based async mode is not built yet and
-    is refused), ``dtype`` to ``auto`` (float32 on CPU, where bf16 runs ~6x slower without
+    required), ``mode`` to ``sync`` (verl: ``async``: here ``sync`` generates the batch in one engine call,
+    ``async`` runs the agent-loop manager against the engine's server, :mod:`verl.agents`), ``dtype`` to ``auto`` (float32 on CPU, where bf16 runs ~6x slower without
     AVX-512/AMX, bfloat16 on accelerators as verl), ``tensor_model_parallel_size`` to 1 (verl: 2), and
     ``placement`` is our key for verl's ``RolloutMode`` (verl picks it from the trainer class).
     Backend-specific knobs live in ``engine_kwargs.<name>``, checked by the backend plugin's options class.
@@ -78,7 +145,9 @@ class RolloutConfig:
     """
 
     name: str = fld("hf", doc="rollout engine plugin name: hf|vllm|sglang|trtllm|...")
-    mode: RolloutMode = fld("sync", doc="sync: generate in the trainer's step; async: server-based (not built yet)")
+    mode: RolloutMode = fld(
+        "sync", doc="sync: one batched generate call; async: agent loops (multi-turn, tools) against the server"
+    )
     placement: Placement | None = fld(
         None,
         doc="hybrid|colocated|standalone (verl's RolloutMode); null = standalone if rollout.nnodes > 0, else hybrid",
@@ -149,6 +218,8 @@ class RolloutConfig:
     n_gpus_per_node: int = fld(1, doc="rollout workers per node of the standalone pool (rollout.nnodes > 0)")
     val_kwargs: ValKwargs = section(ValKwargs, doc="sampling used for validation")
     checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, doc="trainer -> rollout weight sync")
+    multi_turn: MultiTurnConfig = section(MultiTurnConfig, doc="multi-turn tool / interaction rollouts (mode=async)")
+    agent: AgentLoopConfig = section(AgentLoopConfig, doc="agent-loop manager of mode=async")
     engine_kwargs: BackendKwargs = free_dict(
         doc="per-backend engine options, e.g. engine_kwargs.vllm.gpu_memory_utilization; checked by the plugin"
     )
