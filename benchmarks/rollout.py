@@ -4,6 +4,8 @@
         --md benchmarks/results/rollout.md
     # on one NVIDIA GPU with the plugins' [cuda] extras installed (every engine in bfloat16 there):
     python benchmarks/rollout.py --device cuda --engines hf vllm sglang trtllm --batch-sizes 32 64 256
+    # server-based rollout (rollout.mode=async) against the batched call, same engines, same prompts:
+    OMP_NUM_THREADS=2 python benchmarks/rollout.py --engines hf vllm --modes sync async --batch-sizes 8 32
 
 ``--engines``: ``hf`` (core), ``vllm`` / ``vllm-bf16`` (verl-vllm; ``-bf16`` only matters on the CPU, where
 float32 is the default), ``sglang`` (verl-sglang) and ``trtllm`` (verl-trtllm), both CUDA-only. The sglang and
@@ -15,6 +17,11 @@ same left-padded prompts (the shipped GSM8K test split through ``verl.data.RLHFD
 top-k off, 128 new tokens, rollout log-probs on, per-row ``sample_seed``), and run alternately
 (rep 1: hf then vllm for every batch size, rep 2 ...), so drifts in machine load hit both alike.
 tokens/s = generated response tokens (EOS included) / wall seconds of ``generate`` (prefill included).
+
+``--modes sync async``: ``async`` rows (``hf-async``, ``vllm-async``) send the same batch through the agent-loop
+manager of ``rollout.mode=async`` (``single_turn_agent``, ``rollout.agent.num_workers`` 8) against the engine's
+server (``engine.server()``: one request per row, batched by the server as they arrive), with the same per-row
+seeds, so both modes generate the same tokens and only the serving path differs.
 
 Roofline (measured on this machine, not taken from a datasheet):
 
@@ -121,7 +128,7 @@ GPU_ONLY = ("sglang", "trtllm")
 
 def is_bf16(kind: str, device: str) -> bool:
     """Whether engine ``kind`` runs in bfloat16 here: every engine on an accelerator, ``vllm-bf16`` on the CPU."""
-    return device != "cpu" or kind == "vllm-bf16"
+    return device != "cpu" or kind.removesuffix("-async") == "vllm-bf16"
 
 
 def roofline(params: int, bytes_per_param: int, bandwidth: float, peak: float, bs: int) -> float:
@@ -202,16 +209,35 @@ def build_engine(kind: str, path: Any, tokenizer: Any, args: argparse.Namespace)
     return engine, time.perf_counter() - start
 
 
+def agent_manager(engine: Any, tokenizer: Any, args: argparse.Namespace) -> Any:
+    """The ``rollout.mode=async`` manager over ``engine.server()`` with the benchmark's sampling settings."""
+    from verl.agents.manager import AgentLoopManager
+    from verl.agents.single_turn import SingleTurnAgentLoop
+
+    cfg = rollout_config(args.response_length, args.max_prompt_length, "float32")
+    cfg.agent = SimpleNamespace(default_agent_loop="single_turn_agent", num_workers=8)
+    return AgentLoopManager(cfg, [engine.server()], tokenizer, {"single_turn_agent": SingleTurnAgentLoop})
+
+
+def hf_model(engines: dict, kind: str) -> Any:
+    """The ``hf`` engine's module, whether the sync engine or only its async manager was kept."""
+    if kind in engines:
+        return engines[kind].model
+    return engines[f"{kind}-async"].client.servers[0].engine.model
+
+
 def run_once(engine: Any, batch: Any) -> dict:
-    """One timed ``generate``: seconds, response tokens, the CPU share of other processes, adjacent peaks."""
+    """One timed ``generate`` (or an agent-loop manager's ``generate_sequences``): seconds, response tokens, the
+    CPU share of other processes, adjacent peaks."""
     from verl.protocol import DataProto
 
     data = DataProto.from_dict(tensors={k: batch.batch[k] for k in batch.batch.keys()})
     device = str(batch.batch["input_ids"].device.type)
     before = common.quick_peaks(device)
+    call = engine.generate_sequences if hasattr(engine, "generate_sequences") else engine.generate
     with common.CpuWatch() as watch:
         start = time.perf_counter()
-        out = engine.generate(data)
+        out = call(data)
         seconds = time.perf_counter() - start
     peaks = common.mean_peaks(before, common.quick_peaks(device))
     return {
@@ -228,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", nargs="+", default=["hf", "vllm"], choices=list(ENGINES))
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (sglang and trtllm run on cuda only)")
+    parser.add_argument("--modes", nargs="+", default=["sync"], choices=["sync", "async"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[8, 32])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--response-length", type=int, default=128)
@@ -258,10 +285,16 @@ def main(argv: list[str] | None = None) -> int:
     for kind in args.engines:
         engines[kind], startup[kind] = build_engine(kind, path, tokenizer, args)
         torch.set_num_threads(args.threads)
+    if "async" in args.modes:
+        for kind in list(engines):
+            engines[f"{kind}-async"] = agent_manager(engines[kind], tokenizer, args)
+        if "sync" not in args.modes:
+            engines = {k: v for k, v in engines.items() if k.endswith("-async")}
     from transformers import AutoConfig
 
     hf_cfg = AutoConfig.from_pretrained(str(path))
-    params = sum(p.numel() for p in engines["hf"].model.parameters()) if "hf" in engines else 134_515_008
+    has_hf = "hf" in engines or "hf-async" in engines
+    params = sum(p.numel() for p in hf_model(engines, "hf").parameters()) if has_hf else 134_515_008
     # warm-up (first-call allocations, vLLM's first scheduling) on the smallest batch, not timed
     for engine in engines.values():
         run_once(engine, batches[min(args.batch_sizes)])
@@ -294,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             "temperature": 0.7,
             "response_length": args.response_length,
             "max_prompt_length": args.max_prompt_length,
+            "modes": args.modes,
         },
         "rows": rows,
     }

@@ -277,8 +277,21 @@ class RewardManager:
             for row, length in zip(rows, lengths, strict=True)
         ]
 
+        turns = non_tensor.get("__num_turns__")
+
         def kwargs_of(index: int) -> dict[str, Any]:
             extra_info = extra_infos[index]
+            if turns is not None and isinstance(extra_info, Mapping):
+                # verl's naive manager: agent-loop rows tell the scorer their turns and in-rollout rewards.
+                extra_info = {
+                    **extra_info,
+                    "num_turns": int(turns[index]),
+                    "rollout_reward_scores": {
+                        key: non_tensor[key][index]
+                        for key in ("turn_scores", "tool_rewards", "tool_final_rewards")
+                        if key in non_tensor
+                    },
+                }
             return {
                 "data_source": data_sources[index],
                 "solution_str": solution_strs[index],

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from verl.trainer import faults
+from verl.trainer.agent_metrics import compute_agent_metrics
 from verl.trainer.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -73,6 +74,7 @@ class StepStages:
             self._dump_rollouts(batch)
         metrics.update(step_memory_metrics(metrics))
         metrics.update(compute_data_metrics(batch, use_critic=self.critic_wg is not None))
+        metrics.update(compute_agent_metrics(batch))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, n_gpus=self.world_size))
         metrics.update(self.train_dataset.stats)  # data/skipped_rows, data/filtered_prompts, data/truncated_prompts
@@ -196,7 +198,9 @@ class StepStages:
 
     def _gen_batch(self, batch: Any, *, validate: bool) -> Any:
         rollout = self.config.actor_rollout_ref.rollout
-        gen = batch.select(batch_keys=list(PROMPT_KEYS))
+        # Agent loops read the rows' other columns (raw_prompt, agent_name, tools_kwargs, extra_info, ...).
+        columns = list(batch.non_tensor_batch.keys()) if rollout.mode == "async" else []
+        gen = batch.select(batch_keys=list(PROMPT_KEYS), non_tensor_batch_keys=columns)
         n = rollout.val_kwargs.n if validate else rollout.n
         gen = gen.repeat(repeat_times=n, interleave=True)
         # Seeding each call from (seed, step) makes a resumed run sample exactly what an uninterrupted
@@ -214,19 +218,22 @@ class StepStages:
         )
         return gen, n
 
-    @staticmethod
-    def _join_rollout(batch: Any, gen_out: Any, n: int) -> Any:
+    def _join_rollout(self, batch: Any, gen_out: Any, n: int) -> Any:
         """``batch.repeat(n, interleave=True)`` joined with the rollout output, row by row (K13).
 
         The rollout returns full prompt+response versions of the prompt keys, which replace the
         batch's. Its ``prompts`` must be the repeated prompts in the same row order: a backend that
         reordered rows would silently grade responses against another prompt's answer.
 
+        In ``rollout.mode=async`` the agent loops render their own prompts (a tool agent adds the tool schemas),
+        so the check does not apply; the manager returns row i's conversation at row i by construction.
+
         Raises:
             RuntimeError: the rollout output's rows do not follow the prompts' order.
         """
         batch = batch.repeat(repeat_times=n, interleave=True)
-        returned = gen_out.batch["prompts"].cpu() if "prompts" in gen_out.batch.keys() else None
+        sync = self.config.actor_rollout_ref.rollout.mode == "sync"
+        returned = gen_out.batch["prompts"].cpu() if sync and "prompts" in gen_out.batch.keys() else None
         if returned is not None:
             # Both are left-padded; a backend may re-pad to another width, so compare the common
             # right-aligned columns where the sent prompt has real tokens.
@@ -281,7 +288,8 @@ class StepStages:
         """
         from verl.protocol import DataProto
 
-        gen = batch.select(batch_keys=list(PROMPT_KEYS))
+        columns = list(batch.non_tensor_batch.keys()) if self.config.actor_rollout_ref.rollout.mode == "async" else []
+        gen = batch.select(batch_keys=list(PROMPT_KEYS), non_tensor_batch_keys=columns)
         gen.meta_info.update({"do_sample": False, "global_steps": self.global_steps, "seed": 0})
         out = self.rollout_wg.generate_sequences(gen)
         scored = DataProto(batch=out.batch, non_tensor_batch=dict(batch.non_tensor_batch), meta_info={})

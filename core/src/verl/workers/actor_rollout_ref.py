@@ -197,9 +197,21 @@ class ActorRolloutRefWorker(Worker):
         """
         self._need(self.rollout, "rollout")
         start = time.perf_counter()
-        out = self.rollout.generate(prompts)
+        if self.config.actor_rollout_ref.rollout.mode == "async":
+            out = self._agent_loop_manager().generate_sequences(prompts)
+        else:
+            out = self.rollout.generate(prompts)
         out.meta_info.setdefault("timing", {})["generate_sequences"] = time.perf_counter() - start
         return out
+
+    def _agent_loop_manager(self) -> Any:
+        """The agent-loop manager of ``rollout.mode=async`` over this worker's engine's server (built once)."""
+        manager = getattr(self, "_agents", None)
+        if manager is None:
+            from verl.agents.setup import build_agent_loop_manager
+
+            manager = self._agents = build_agent_loop_manager(self.config, [self.rollout.server()], self.tokenizer)
+        return manager
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_weights(self) -> dict[str, Any]:
