@@ -14,14 +14,12 @@ Linux and macOS), so the parent can time out and blame exactly that sample witho
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import functools
 import inspect
 import mmap
 import pickle
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -31,6 +29,8 @@ from typing import Any
 
 from verl.rewards._pool import _await
 from verl.rewards.errors import RewardConfigError
+from verl.rewards.process_limits import die_with_parent as _die_with_parent
+from verl.rewards.process_limits import limit_memory as _limit_memory
 
 __all__ = ["ScorerSpec", "IDLE", "PROGRESS_BYTES", "progress_view"]
 
@@ -85,28 +85,6 @@ class ScorerSpec:
 def progress_view(buffer: mmap.mmap) -> Any:
     """The shared ``(position, start)`` pair as a ctypes array (aligned 8-byte stores do not tear)."""
     return (ctypes.c_double * 2).from_buffer(buffer)
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when the trainer dies, so a hung scorer never outlives a killed run."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _limit_memory(limit_mb: int | None) -> None:
-    import resource
-
-    # A crashing scorer must not fill the disk with core dumps of its worker.
-    resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-    if limit_mb is None:
-        return
-
-    limit = int(limit_mb) * 1024 * 1024
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 def _error_payload(exc: BaseException) -> tuple[bytes | None, str, str, str, bool]:
