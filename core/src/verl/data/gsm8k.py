@@ -8,6 +8,11 @@ Mirrors verl's ``examples/data_preprocess/gsm8k.py``: every row becomes
 * ``reward_model``: ``{"style": "rule", "ground_truth": <number after "####", commas removed>}``
 * ``extra_info``: ``{"split", "index", "answer", "question"}``
 
+With a tool (``tool="code_interpreter"`` or ``"calc_gsm8k_reward"``, CLI ``--tools``) the rows are verl's
+multi-turn ones (``examples/data_preprocess/gsm8k_multiturn_w_tool.py``): ``agent_name``, a system message
+offering the tool, and ``extra_info.{need_tools_kwargs, tools_kwargs, interaction_kwargs}``
+(:mod:`verl.data.gsm8k_tools`).
+
 The source jsonl files (``{"question", "answer"}`` per line, MIT licence, OpenAI 2021) ship
 gzip-compressed inside this package (``verl/data/assets/gsm8k/``) so that wheels carry them;
 ``examples/data/gsm8k/`` in the repository links to the same files.
@@ -23,6 +28,8 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from verl.data import gsm8k_tools
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +110,7 @@ def _open_text(path: Path) -> Any:
     return open(path, encoding="utf-8")
 
 
-def _to_row(record: Any, split: str, index: int) -> dict[str, Any]:
+def _to_row(record: Any, split: str, index: int, tool: str | None) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise GSM8KFormatError(f"expected a JSON object, got {type(record).__name__}")
     for field in ("question", "answer"):
@@ -112,25 +119,50 @@ def _to_row(record: Any, split: str, index: int) -> dict[str, Any]:
         if not isinstance(record[field], str):
             raise GSM8KFormatError(f"field {field!r} must be a string, got {type(record[field]).__name__}")
     question, answer = record["question"], record["answer"]
+    query, solution = question + " " + INSTRUCTION, extract_solution(answer)
+    extra = {"split": split, "index": index, "answer": answer, "question": question}
+    if tool is None:
+        return {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": query}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": solution},
+            "extra_info": extra,
+        }
+    extra.update(
+        need_tools_kwargs=True,
+        tools_kwargs=gsm8k_tools.tools_kwargs(tool, solution),
+        interaction_kwargs=gsm8k_tools.interaction_kwargs(query, solution),
+    )
     return {
         "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": question + " " + INSTRUCTION}],
+        "agent_name": gsm8k_tools.AGENT_NAME,
+        "prompt": [
+            {"role": "system", "content": gsm8k_tools.system_prompt(tool)},
+            {"role": "user", "content": query},
+        ],
         "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": extract_solution(answer)},
-        "extra_info": {"split": split, "index": index, "answer": answer, "question": question},
+        "reward_model": {"style": "rule", "ground_truth": solution},
+        "extra_info": extra,
     }
 
 
-def iter_gsm8k_rows(path: str | Path, split: str, *, skip_bad_rows: bool = False) -> Iterator[dict[str, Any]]:
+def iter_gsm8k_rows(
+    path: str | Path, split: str, *, skip_bad_rows: bool = False, tool: str | None = None
+) -> Iterator[dict[str, Any]]:
     """Yield verl-format rows from one GSM8K jsonl (optionally ``.gz``) file.
 
     ``extra_info.index`` is the 0-based position of the record among the file's non-blank lines,
-    so it maps back to the source even when bad rows are skipped.
+    so it maps back to the source even when bad rows are skipped. ``tool`` (one of
+    :data:`verl.data.gsm8k_tools.TOOLS`) gives verl's multi-turn tool rows (module docstring).
 
     Raises:
+        ValueError: ``tool`` is not a known tool (before the file is opened).
         GSM8KFormatError: on the first bad row, naming ``file:line`` and the problem, unless
             ``skip_bad_rows``; then bad rows are dropped and a warning logs their count.
     """
+    if tool is not None:
+        gsm8k_tools.check_tool(tool)
     path = Path(path)
     skipped: list[str] = []
     index = 0
@@ -143,7 +175,7 @@ def iter_gsm8k_rows(path: str | Path, split: str, *, skip_bad_rows: bool = False
                     record = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise GSM8KFormatError(f"invalid JSON ({exc.msg})") from None
-                row = _to_row(record, split, index)
+                row = _to_row(record, split, index, tool)
             except GSM8KFormatError as exc:
                 where = f"{path}:{lineno}: {exc}"
                 if not skip_bad_rows:
@@ -156,33 +188,35 @@ def iter_gsm8k_rows(path: str | Path, split: str, *, skip_bad_rows: bool = False
         logger.warning("skipped %d bad GSM8K row(s) in %s; first: %s", len(skipped), path, skipped[0])
 
 
-def _schema() -> Any:
+def _schema(tool: str | None) -> Any:
     import pyarrow as pa
 
     message = pa.struct([("role", pa.string()), ("content", pa.string())])
+    extra = [("split", pa.string()), ("index", pa.int64()), ("answer", pa.string()), ("question", pa.string())]
+    if tool is not None:
+        extra += gsm8k_tools.extra_info_fields(tool)
+    head = [("data_source", pa.string())] + ([] if tool is None else [("agent_name", pa.string())])
     return pa.schema(
         [
-            ("data_source", pa.string()),
+            *head,
             ("prompt", pa.list_(message)),
             ("ability", pa.string()),
             ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-            (
-                "extra_info",
-                pa.struct(
-                    [("split", pa.string()), ("index", pa.int64()), ("answer", pa.string()), ("question", pa.string())]
-                ),
-            ),
+            ("extra_info", pa.struct(extra)),
         ]
     )
 
 
-def write_parquet(rows: Iterable[dict[str, Any]], path: str | Path) -> int:
-    """Write verl-format GSM8K rows to ``path`` atomically (temp file + rename); return the row count."""
+def write_parquet(rows: Iterable[dict[str, Any]], path: str | Path, *, tool: str | None = None) -> int:
+    """Write verl-format GSM8K rows to ``path`` atomically (temp file + rename); return the row count.
+
+    ``tool`` must be the one the rows were made with (it picks the parquet schema); ``ValueError`` if unknown.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
-    table = pa.Table.from_pylist(list(rows), schema=_schema())
+    table = pa.Table.from_pylist(list(rows), schema=_schema(tool))
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         pq.write_table(table, tmp)
@@ -197,6 +231,7 @@ def prepare_gsm8k(
     source_dir: str | Path | None = None,
     *,
     skip_bad_rows: bool = False,
+    tool: str | None = None,
 ) -> dict[str, Path]:
     """Convert GSM8K to ``{out_dir}/train.parquet`` and ``{out_dir}/test.parquet`` in verl's columns.
 
@@ -205,14 +240,20 @@ def prepare_gsm8k(
         source_dir: folder with ``train.jsonl[.gz]`` and ``test.jsonl[.gz]``;
             default :func:`default_source_dir` (the shipped copy: 7473 train / 1319 test rows).
         skip_bad_rows: drop malformed rows (count logged) instead of raising.
+        tool: ``None`` for the plain single-turn rows, or ``"code_interpreter"`` / ``"calc_gsm8k_reward"`` for
+            verl's multi-turn tool rows (:mod:`verl.data.gsm8k_tools`; default folder
+            ``~/data/gsm8k_tool_<tool>``, :func:`verl.data.gsm8k_tools.default_out_dir`).
 
     Returns:
         ``{"train": path, "test": path}``.
 
     Raises:
+        ValueError: ``tool`` is not a known tool (names the choices), before anything is read or written.
         FileNotFoundError: a split's source file is missing (names the folder).
         GSM8KFormatError: a malformed row (names ``file:line``), unless ``skip_bad_rows``.
     """
+    if tool is not None:
+        gsm8k_tools.check_tool(tool)
     src = default_source_dir() if source_dir is None else Path(source_dir).expanduser()
     out = Path(out_dir).expanduser()
     files = {}
@@ -228,7 +269,7 @@ def prepare_gsm8k(
     result = {}
     for split, path in files.items():
         dest = out / f"{split}.parquet"
-        n = write_parquet(iter_gsm8k_rows(path, split, skip_bad_rows=skip_bad_rows), dest)
+        n = write_parquet(iter_gsm8k_rows(path, split, skip_bad_rows=skip_bad_rows, tool=tool), dest, tool=tool)
         logger.info("wrote %d %s rows to %s", n, split, dest)
         result[split] = dest
     return result
