@@ -1,9 +1,11 @@
 """``verl data``: prepare datasets in verl's parquet format.
 
-``verl data gsm8k [--out DIR] [--source DIR] [--skip-bad-rows]`` converts the GSM8K copy shipped with
-verl-core (or the jsonl files in ``--source``) to ``DIR/train.parquet`` and ``DIR/test.parquet``.
+``verl data gsm8k [--out DIR] [--source DIR] [--skip-bad-rows] [--tools [NAME]]`` converts the GSM8K copy shipped
+with verl-core (or the jsonl files in ``--source``) to ``DIR/train.parquet`` and ``DIR/test.parquet``.
 The default ``DIR`` is ``~/data/gsm8k``, verl's own default, so verl-style overrides such as
-``data.train_files=$HOME/data/gsm8k/train.parquet`` work unchanged.
+``data.train_files=$HOME/data/gsm8k/train.parquet`` work unchanged. ``--tools`` (``code_interpreter`` when given
+without a name, or ``calc_gsm8k_reward``) writes verl's multi-turn tool rows instead (:mod:`verl.data.gsm8k_tools`),
+by default to ``~/data/gsm8k_tool_<NAME>``.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from verl.data.gsm8k_tools import DEFAULT_TOOL, TOOLS, default_out_dir
+
 HELP = "prepare datasets in verl's parquet format (gsm8k)"
 
-DEFAULT_GSM8K_OUT = "~/data/gsm8k"
+DEFAULT_GSM8K_OUT = str(default_out_dir(None))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Write GSM8K as verl parquet (data_source, prompt, ability, reward_model, extra_info).",
     )
     gsm8k.add_argument(
-        "--out", default=DEFAULT_GSM8K_OUT, help=f"output folder (default: {DEFAULT_GSM8K_OUT}, as in verl)"
+        "--out",
+        default=None,
+        help=f"output folder (default: {DEFAULT_GSM8K_OUT}, as in verl; with --tools NAME: "
+        f"{default_out_dir(DEFAULT_TOOL).parent}/gsm8k_tool_NAME)",
     )
     gsm8k.add_argument(
         "--source",
@@ -33,6 +40,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="folder with train.jsonl[.gz] and test.jsonl[.gz] (default: the copy shipped with verl-core)",
     )
     gsm8k.add_argument("--skip-bad-rows", action="store_true", help="drop malformed rows instead of failing")
+    gsm8k.add_argument(
+        "--tools",
+        nargs="?",
+        const=DEFAULT_TOOL,
+        default=None,
+        choices=TOOLS,
+        metavar="NAME",
+        help=f"write verl's multi-turn tool rows (agent_name tool_agent, a system prompt offering the tool, "
+        f"extra_info.tools_kwargs / interaction_kwargs) for rollout.mode=async; NAME: {' or '.join(TOOLS)} "
+        f"(default {DEFAULT_TOOL})",
+    )
     parser.set_defaults(_data_parser=parser)
 
 
@@ -45,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
     from verl.data.gsm8k import prepare_gsm8k
 
+    out = Path(args.out) if args.out is not None else default_out_dir(args.tools)
     try:
-        paths = prepare_gsm8k(Path(args.out), args.source, skip_bad_rows=args.skip_bad_rows)
+        paths = prepare_gsm8k(out, args.source, skip_bad_rows=args.skip_bad_rows, tool=args.tools)
     except (OSError, ValueError) as exc:
         print(f"verl data gsm8k: error: {exc}", file=sys.stderr)
         return 1
