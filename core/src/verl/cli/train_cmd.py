@@ -39,15 +39,33 @@ def _expand(files: tuple[str, ...] | list[str] | None) -> list[str] | None:
     return None if files is None else [str(Path(f).expanduser()) for f in files]
 
 
-def _ensure_gsm8k(files: list[str]) -> None:
-    """Write the shipped GSM8K parquet files when the config points at the default location."""
-    missing = [f for f in files if not Path(f).exists()]
-    default = GSM8K_DEFAULT_DIR.expanduser()
-    if missing and all(Path(f).parent == default for f in missing):
-        from verl.data.gsm8k import prepare_gsm8k
+def _gsm8k_default_dirs() -> dict[Path, str | None]:
+    """``{expanded folder: tool}`` of the folders ``verl data gsm8k [--tools NAME]`` writes by default."""
+    from verl.data.gsm8k_tools import TOOLS, default_out_dir
 
-        print(f"verl train: preparing GSM8K parquet files in {default} (verl data gsm8k)", file=sys.stderr)
-        prepare_gsm8k(default)
+    dirs: dict[Path, str | None] = {GSM8K_DEFAULT_DIR.expanduser(): None}
+    dirs.update({default_out_dir(tool).expanduser(): tool for tool in TOOLS})
+    return dirs
+
+
+def _ensure_gsm8k(files: list[str]) -> None:
+    """Write the shipped GSM8K parquet files when the config points at their default folders.
+
+    A missing file in ``~/data/gsm8k`` gets the plain rows (``verl data gsm8k``), one in ``~/data/gsm8k_tool_<NAME>``
+    the multi-turn rows offering that tool (``verl data gsm8k --tools NAME``). Only when every missing file lies in
+    one of those folders: any other missing file is left for the dataset to report.
+    """
+    missing = [Path(f) for f in files if not Path(f).exists()]
+    defaults = _gsm8k_default_dirs()
+    if not missing or any(f.parent not in defaults for f in missing):
+        return
+    from verl.data.gsm8k import prepare_gsm8k
+
+    for folder in dict.fromkeys(f.parent for f in missing):
+        tool = defaults[folder]
+        command = "verl data gsm8k" + ("" if tool is None else f" --tools {tool}")
+        print(f"verl train: preparing GSM8K parquet files in {folder} ({command})", file=sys.stderr)
+        prepare_gsm8k(folder, tool=tool)
 
 
 def _already_finished(cfg) -> Path | None:
