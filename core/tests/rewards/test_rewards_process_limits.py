@@ -46,7 +46,7 @@ def test_apply_limits_sets_soft_and_hard_to_each_value():
     assert out["applied"] == ["rlimit_core", "rlimit_as", "rlimit_cpu", "rlimit_fsize", "rlimit_nofile"]
     assert out["skipped"] == {}
     assert out["as"] == [300 * MB, 300 * MB]
-    assert out["cpu"] == [7, 7]
+    assert out["cpu"] == [7, 8]  # SIGXCPU at the soft limit, SIGKILL one second later
     assert out["fsize"] == [2 * MB, 2 * MB]
     assert out["nofile"] == [40, 40]
     assert out["core"][0] == 0

@@ -64,8 +64,11 @@ def apply_limits(
 ) -> tuple[list[str], dict[str, str]]:
     """Apply every given limit (soft = hard = the value, so the process cannot raise it back); None skips one.
 
+    The exception is the CPU limit, whose hard limit is one second above the soft one: at the soft limit the
+    kernel sends ``SIGXCPU``, at the hard one ``SIGKILL``, and with both equal the process would just vanish.
+
     * ``RLIMIT_CORE`` 0 always, ``RLIMIT_AS`` = ``memory_mb`` MiB (as :func:`limit_memory`, but hard too);
-    * ``RLIMIT_CPU`` = ``cpu_s`` CPU seconds: the kernel sends ``SIGXCPU`` (the process dies) when spent;
+    * ``RLIMIT_CPU`` = ``cpu_s`` CPU seconds (hard: one more): the kernel sends ``SIGXCPU`` (the process dies);
     * ``RLIMIT_FSIZE`` = ``file_size_mb`` MiB per written file (Python ignores ``SIGXFSZ``, so a write past it
       raises ``OSError: [Errno 27] File too large``);
     * ``RLIMIT_NOFILE`` = ``open_files`` descriptors.
@@ -88,8 +91,10 @@ def apply_limits(
     for name, kind, value in wanted:
         if value is None:
             continue
+        # CPU: the hard limit one second later, so the soft limit's SIGXCPU (not SIGKILL) is what the process gets.
+        hard = value + 1 if name == "rlimit_cpu" else value
         try:
-            _lower(kind, value, value)
+            _lower(kind, value, hard)
         except (ValueError, OSError) as exc:
             skipped[name] = f"{type(exc).__name__}: {exc}"
         else:

@@ -120,24 +120,33 @@ class CodeInterpreterTool(BaseTool):
         if unknown:
             raise ValueError(f"CodeInterpreterTool config: unknown key(s) {unknown}; known: {sorted(CONFIG_DEFAULTS)}")
         settings = {**CONFIG_DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+        for key in ("memory_limit_mb", "cpu_time_s", "file_size_limit_mb", "max_open_files", "max_output_bytes"):
+            value = settings[key]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"CodeInterpreterTool config.{key}={value!r} must be a positive integer")
+        if (
+            isinstance(settings["max_concurrency"], bool)
+            or not isinstance(settings["max_concurrency"], int)
+            or (settings["max_concurrency"] < 1)
+        ):
+            raise ValueError(
+                f"CodeInterpreterTool config.max_concurrency={settings['max_concurrency']!r} must be an integer >= 1"
+            )
         super().__init__({**config, "timeout": settings["timeout"]}, tool_schema)
         if sys.platform == "win32":
             raise RuntimeError("CodeInterpreterTool needs a POSIX system (process groups, rlimits)")
         run_timeout = self.timeout_s  # BaseTool validated config.timeout
-        try:
-            self.limits = SandboxLimits(
-                timeout_s=run_timeout,
-                memory_mb=settings["memory_limit_mb"],
-                cpu_s=settings["cpu_time_s"],
-                file_size_mb=settings["file_size_limit_mb"],
-                open_files=settings["max_open_files"],
-                output_bytes=settings["max_output_bytes"],
-                network_namespace=bool(settings["network_namespace"]),
-                python=settings["python"] or sys.executable,
-            )
-            self._slots = ThreadSafeSemaphore(settings["max_concurrency"])
-        except ValueError as exc:
-            raise ValueError(f"CodeInterpreterTool config: {exc} (config keys: {sorted(CONFIG_DEFAULTS)})") from exc
+        self.limits = SandboxLimits(
+            timeout_s=run_timeout,
+            memory_mb=settings["memory_limit_mb"],
+            cpu_s=settings["cpu_time_s"],
+            file_size_mb=settings["file_size_limit_mb"],
+            open_files=settings["max_open_files"],
+            output_bytes=settings["max_output_bytes"],
+            network_namespace=bool(settings["network_namespace"]),
+            python=settings["python"] or sys.executable,
+        )
+        self._slots = ThreadSafeSemaphore(settings["max_concurrency"])
         self.max_concurrency = settings["max_concurrency"]
         tool_timeout = settings["tool_timeout"]
         self.timeout_s = (

@@ -215,6 +215,21 @@ async def _drain(stream: asyncio.StreamReader, cap: int, on_overflow: Any) -> tu
         buf += chunk
 
 
+async def _exited(proc: asyncio.subprocess.Process, deadline: float) -> bool:
+    """Wait until the child itself exits (True) or ``deadline`` (``time.monotonic()``) passes (False).
+
+    Not ``proc.wait()``: that also waits for the pipes to close, which a descendant holding them delays.
+    """
+    delay = 0.002
+    while proc.returncode is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.025)
+    return True
+
+
 def _read_report(fd: int) -> dict[str, Any]:
     data = b""
     with contextlib.suppress(OSError):
@@ -284,15 +299,10 @@ async def run_python(code: str, limits: SandboxLimits | None = None) -> RunResul
         out_task = asyncio.ensure_future(_drain(proc.stdout, limits.output_bytes, lambda: _kill_group(pgid)))
         err_task = asyncio.ensure_future(_drain(proc.stderr, limits.output_bytes, lambda: _kill_group(pgid)))
         drains = [out_task, err_task]
-        timed_out = False
-        try:
-            await asyncio.wait_for(proc.wait(), limits.timeout_s)
-        except asyncio.TimeoutError:
-            timed_out = True
-            _kill_group(pgid)
-            await proc.wait()
+        timed_out = not await _exited(proc, start + limits.timeout_s)
         duration = time.monotonic() - start
-        _kill_group(pgid)  # whatever the program started in its group dies with it
+        _kill_group(pgid)  # at the timeout; else whatever the program left running in its group dies with it
+        await proc.wait()
         done, _ = await asyncio.wait(drains, timeout=_DRAIN_AFTER_KILL_S)
         (out, out_cut), (err, err_cut) = (
             task.result() if task in done else (b"", False) for task in (out_task, err_task)
