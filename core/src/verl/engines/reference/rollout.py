@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,9 @@ from verl.engines.reference.sampling import SamplingParams, resolve_sampling_par
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
+
+
+_SERVER_LOCK = threading.Lock()  # module-wide, so an engine holds no lock (it stays picklable / copyable)
 
 
 def _cfg(config: Any, name: str, default: Any) -> Any:
@@ -84,6 +88,13 @@ class HFRolloutEngine:
 
     Sampling is seeded: one ``torch.Generator`` seeded with ``config.seed`` lives as long as the engine,
     so an identical sequence of calls reproduces identical samples.
+
+    Serving (``rollout.mode=async``): :meth:`server` gives the engine's one
+    :class:`~verl.engines.reference.server.HFRolloutServer` (created on first use), which decodes concurrent
+    token-in/token-out requests with continuous batching on this engine's model in a background thread; a
+    request with ``seed=s`` samples what a row with ``sample_seed=s`` samples here. While it has requests in
+    flight, :meth:`update_weights` and :meth:`sleep` raise RuntimeError; :meth:`generate` must not run then
+    either (both would drive the one model and its generator from two threads).
     """
 
     def __init__(
@@ -162,6 +173,7 @@ class HFRolloutEngine:
         forward_params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
         self.last_stats: dict[str, float] = {}
+        self._server: Any = None
 
     def _tensor_parallel(self, tp_size: int) -> tuple[Any, int]:
         """Split the owned model over its TP group when ``tp_size > 1``; returns ``(layout or None, rank)``.
@@ -384,6 +396,23 @@ class HFRolloutEngine:
             next_pos = next_pos + 1
         return responses, lengths, log_probs
 
+    def server(self) -> Any:
+        """This engine's :class:`~verl.engines.reference.server.HFRolloutServer` (one per engine, built once).
+
+        Raises:
+            NotImplementedError / ValueError: see :class:`~verl.engines.reference.server.HFRolloutServer`.
+        """
+        with _SERVER_LOCK:
+            if self._server is None:
+                from verl.engines.reference.server import HFRolloutServer
+
+                self._server = HFRolloutServer(self)
+            return self._server
+
+    def _require_idle(self, what: str) -> None:
+        if self._server is not None:
+            self._server.require_idle(f"HFRolloutEngine.{what}")
+
     # ------------------------------------------------------------------ weights and memory
     def check_weights(self, specs: Any) -> None:
         """Refuse an update before anything is written (names known; shapes this rank's shard or the full one).
@@ -408,7 +437,9 @@ class HFRolloutEngine:
         Raises:
             UnknownWeightError (KeyError): a name the model does not have (closest names suggested).
             ValueError: a shape mismatch (both shapes named).
+            RuntimeError: the engine's server has requests in flight.
         """
+        self._require_idle("update_weights")
         self.weights.update(weights)
 
     def sleep(self) -> None:
@@ -417,7 +448,11 @@ class HFRolloutEngine:
         Level 1 moves them to host memory on an accelerator (a no-op on CPU); level 2 discards them on any
         device (the next sync refills them). A live module passed in by the caller (the trainer's) is never
         touched. The KV cache only lives inside :meth:`generate`, so there is nothing else to free.
+
+        Raises:
+            RuntimeError: the engine's server has requests in flight.
         """
+        self._require_idle("sleep")
         self.weights.sleep()
 
     def wake_up(self, tags: Any = None) -> None:
