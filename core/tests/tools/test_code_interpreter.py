@@ -314,3 +314,23 @@ def test_run_python_directly_and_its_errors():
         asyncio.run(run_python(b"print(1)"))
     with pytest.raises(ValueError, match="output_bytes=0 must be a positive int"):
         SandboxLimits(output_bytes=0)
+
+
+def test_one_tool_shared_by_event_loops_in_several_threads():
+    """The agent manager's layout: num_workers threads, each with its own event loop, one tool object."""
+    tool = make(max_concurrency=2)
+    results: dict[int, list[str]] = {}
+
+    def worker(w: int) -> None:
+        async def many():
+            calls = [tool.execute(f"{w}-{i}", {"code": f"print({w} * 10 + {i})"}) for i in range(3)]
+            return [r[0].text for r in await asyncio.gather(*calls)]
+
+        results[w] = asyncio.run(many())
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert results == {w: [f"{w * 10 + i}\n" for i in range(3)] for w in range(3)}
