@@ -18,6 +18,7 @@ __all__ = ["VERL_CLASS_PATHS", "entry_mapping", "import_class", "read_entries"]
 #: verl's dotted class paths (its example YAML files) -> where the same class lives here.
 VERL_CLASS_PATHS = {
     "verl.tools.gsm8k_tool.Gsm8kTool": "verl.tools.gsm8k.Gsm8kTool",
+    "verl.tools.sandbox_fusion_tools.SandboxFusionTool": "verl.tools.sandbox_fusion.SandboxFusionTool",
     "verl.interactions.gsm8k_interaction.Gsm8kInteraction": "verl.interactions.gsm8k.Gsm8kInteraction",
 }
 
