@@ -5,9 +5,10 @@
 * :mod:`verl.tools.base`: :class:`BaseTool`, the async lifecycle ``create`` / ``execute`` / ``calc_reward`` /
   ``release``;
 * :mod:`verl.tools.config`: :func:`~verl.tools.config.load_tools` for ``multi_turn.tool_config_path`` files;
-* built-in tools: :mod:`verl.tools.gsm8k` (``calc_gsm8k_reward``) and :mod:`verl.tools.code_interpreter`
-  (``code_interpreter``, local and resource-limited, see :mod:`verl.tools.sandbox`); their YAML files are in
-  ``verl/tools/configs/``.
+* built-in tools: :mod:`verl.tools.gsm8k` (``calc_gsm8k_reward``), :mod:`verl.tools.code_interpreter`
+  (``code_interpreter``, local and resource-limited, see :mod:`verl.tools.sandbox`; not a security boundary) and
+  :mod:`verl.tools.sandbox_fusion` (``code_interpreter`` on a sandbox-fusion server); YAML files for the first
+  two are in ``verl/tools/configs/``.
 
 Importing this package imports only the schema and base modules.
 """
