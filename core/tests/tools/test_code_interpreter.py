@@ -303,6 +303,8 @@ def test_agent_loop_timeout_covers_the_queue_and_config_errors():
         make(max_concurrency=0)
     with pytest.raises(ValueError, match=r"config.timeout=0 must be a positive number"):
         make(timeout=0)
+    with pytest.raises(ValueError, match=r"config.python='/no/such/python' is not an executable interpreter"):
+        make(python="/no/such/python")
     with pytest.raises(TypeError, match="'code' must be a string of Python, got int"):
         asyncio.run(make().execute("i", {"code": 5}))
 

@@ -31,6 +31,7 @@ code: infinite loops, memory bombs, runaway output, a stray ``pip install`` or H
 from __future__ import annotations
 
 import logging
+import shutil
 import signal
 import sys
 from typing import Any, ClassVar
@@ -136,6 +137,9 @@ class CodeInterpreterTool(BaseTool):
         if sys.platform == "win32":
             raise RuntimeError("CodeInterpreterTool needs a POSIX system (process groups, rlimits)")
         run_timeout = self.timeout_s  # BaseTool validated config.timeout
+        python = settings["python"] or sys.executable
+        if shutil.which(python) is None:
+            raise ValueError(f"CodeInterpreterTool config.python={python!r} is not an executable interpreter")
         self.limits = SandboxLimits(
             timeout_s=run_timeout,
             memory_mb=settings["memory_limit_mb"],
@@ -144,7 +148,7 @@ class CodeInterpreterTool(BaseTool):
             open_files=settings["max_open_files"],
             output_bytes=settings["max_output_bytes"],
             network_namespace=bool(settings["network_namespace"]),
-            python=settings["python"] or sys.executable,
+            python=python,
         )
         self._slots = ThreadSafeSemaphore(settings["max_concurrency"])
         self.max_concurrency = settings["max_concurrency"]
