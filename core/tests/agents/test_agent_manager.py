@@ -39,7 +39,7 @@ def ids(tok, text):
 
 def _rollout(**kw):
     cfg = RootConfig().actor_rollout_ref.rollout
-    return attrs.evolve(cfg, mode="async", response_length=64, **kw)
+    return attrs.evolve(cfg, mode="async", response_length=128, **kw)
 
 
 def _prompts(tok, texts, width, *, agents, seeds=(5, 6)):
@@ -78,17 +78,17 @@ def test_batch_layout_by_hand_two_agents(tok):
     )
     pad = tok.pad_token_id
     want_prompts = torch.tensor([[pad] * (width - len(p0)) + p0, [pad] * (width - len(p1)) + p1])
-    want_resp = torch.tensor([r0 + [pad] * (64 - len(r0)), r1 + [pad] * (64 - len(r1))])
+    want_resp = torch.tensor([r0 + [pad] * (128 - len(r0)), r1 + [pad] * (128 - len(r1))])
     assert torch.equal(b["prompts"], want_prompts)
     assert torch.equal(b["responses"], want_resp)
     assert torch.equal(b["input_ids"], torch.cat([want_prompts, want_resp], 1))
-    assert b["response_mask"][0].tolist() == [1] * len(r0) + [0] * (64 - len(r0))
-    assert b["response_mask"][1].tolist() == m1 + [0] * (64 - len(r1))
-    attn1 = [0] * (width - len(p1)) + [1] * (len(p1) + len(r1)) + [0] * (64 - len(r1))
+    assert b["response_mask"][0].tolist() == [1] * len(r0) + [0] * (128 - len(r0))
+    assert b["response_mask"][1].tolist() == m1 + [0] * (128 - len(r1))
+    attn1 = [0] * (width - len(p1)) + [1] * (len(p1) + len(r1)) + [0] * (128 - len(r1))
     assert b["attention_mask"][1].tolist() == attn1
     assert b["position_ids"][1].tolist() == np.clip(np.cumsum(attn1) - 1, 0, None).tolist()
     lp = b["rollout_log_probs"][1].tolist()
-    assert lp == pytest.approx([_S.LOGPROB * m for m in m1] + [0.0] * (64 - len(r1)))
+    assert lp == pytest.approx([_S.LOGPROB * m for m in m1] + [0.0] * (128 - len(r1)))
     assert out.non_tensor_batch["__num_turns__"].tolist() == [2, 4]
     assert out.non_tensor_batch["__tool_calls__"].tolist() == [0.0, 1.0]
     assert out.non_tensor_batch["tool_rewards"][1] == [0.1]

@@ -201,6 +201,8 @@ def test_missing_raw_prompt_names_the_data_key(tok):
 def test_parallel_calls_capped_and_run_concurrently(tok):
     two = "<tool_call>" + json.dumps({"name": "add", "arguments": {"a": 1, "b": 1}}) + "</tool_call>"
     tool = AddTool(hang_s=0.3)
-    out, _, _ = _run(tok, [two * 3 + "<|im_end|>", ANSWER], tools={"add": tool}, max_parallel_calls=2)
+    out, _, _ = _run(
+        tok, [two * 3 + "<|im_end|>", ANSWER], tools={"add": tool}, max_parallel_calls=2, response_length=400
+    )
     assert len(tool.executed) == 2 and out.metrics["tool_calls"] == 2
     assert out.metrics["tool_s"] < 0.55  # two 0.3 s calls together, not one after the other

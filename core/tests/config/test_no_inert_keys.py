@@ -36,9 +36,21 @@ _TOTAL_STEPS = (
     "config/validate_support.py, which names trainer.total_training_steps"
 )
 VALIDATED_ONLY: dict[str, str] = {
-    "actor_rollout_ref.rollout.mode": (
-        "only 'sync' is built; 'async' (verl's server-based agent-loop rollout) is refused by "
-        "config/validate_rollout.py with the alternative"
+    # verl's agent-loop keys for features not built here: config/validate_agents.py refuses them when set.
+    **{
+        f"actor_rollout_ref.rollout.{name}": "not built; config/validate_agents.py refuses any value but verl's "
+        "default, naming what to use instead"
+        for name in (
+            "multi_turn.function_tool_path",
+            "multi_turn.use_inference_chat_template",
+            "multi_turn.num_repeat_rollouts",
+            "agent.custom_async_server.path",
+            "agent.custom_async_server.name",
+        )
+    },
+    "actor_rollout_ref.rollout.multi_turn.enable": (
+        "verl's marker of a multi-turn run (its trainer only copies it into meta_info); config/validate_agents.py "
+        "refuses it with mode=sync, where no agent loop would read the multi-turn keys"
     ),
     "actor_rollout_ref.actor.optim.total_training_steps": _TOTAL_STEPS,
     "critic.optim.total_training_steps": _TOTAL_STEPS,

@@ -60,7 +60,7 @@ def test_surface_modules_are_core_modules():
     assert all(m == "verl" or m.startswith("verl.") for m in PLUGIN_API_SURFACE)
 
 
-GUIDES = [ROOT / "docs" / "plugin-authors.md", ROOT / "docs" / "platform-vendors.md"]
+GUIDES = [ROOT / "docs" / "plugin-authors.md", ROOT / "docs" / "platform-vendors.md", ROOT / "docs" / "agents.md"]
 
 
 def _python_blocks(path: pathlib.Path) -> list[str]:

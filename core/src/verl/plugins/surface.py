@@ -157,7 +157,13 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     "verl.agents.tool_parser": ("ToolParser", "FunctionCall", "ParsedTurn"),
     "verl.tools": ("BaseTool", "ToolResponse", "ToolSchema"),
     "verl.interactions.base": ("BaseInteraction",),
-    "verl.engines.serving": ("TokenOutput", "AsyncRolloutServer", "check_sampling_params"),
+    "verl.engines.serving": (
+        "TokenOutput",
+        "AsyncRolloutServer",
+        "StopReason",
+        "SAMPLING_KEYS",
+        "check_sampling_params",
+    ),
     # Conformance kits (test code: needs verl-core[testing]).
     "verl.testing.conformance": ("*",),
     "verl.testing.tiny": ("*",),
