@@ -30,6 +30,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from verl.tools import default_schemas
+
 #: The tools ``verl data gsm8k --tools`` can offer (the names in ``verl/tools/configs/*.yaml``).
 TOOLS = ("code_interpreter", "calc_gsm8k_reward")
 DEFAULT_TOOL = "code_interpreter"
@@ -39,38 +41,8 @@ INTERACTION_NAME = "gsm8k"
 # verl's tool schemas, word for word: examples/sglang_multiturn/config/tool_config/{gsm8k_tool_config,
 # sandbox_fusion_tool_config}.yaml (commit 3467d90ae).
 TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
-    "code_interpreter": {
-        "type": "function",
-        "function": {
-            "name": "code_interpreter",
-            "description": "A tool for executing code.",
-            "parameters": {
-                "type": "object",
-                "properties": {"code": {"type": "string", "description": "The code to execute."}},
-                "required": ["code"],
-            },
-        },
-    },
-    "calc_gsm8k_reward": {
-        "type": "function",
-        "function": {
-            "name": "calc_gsm8k_reward",
-            "description": (
-                "A tool for calculating the reward of gsm8k. (1.0 if parsed answer is correct, 0.0 if parsed "
-                "answer is incorrect or not correctly parsed)"
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "answer": {
-                        "type": "string",
-                        "description": "The model's answer to the GSM8K math problem, must be a digits",
-                    }
-                },
-                "required": ["answer"],
-            },
-        },
-    },
+    "code_interpreter": default_schemas.CODE_INTERPRETER,
+    "calc_gsm8k_reward": default_schemas.CALC_GSM8K_REWARD,
 }
 
 #: The one worked call each system prompt shows (arguments of a made-up problem, not of any GSM8K row).

@@ -36,6 +36,7 @@ import signal
 import sys
 from typing import Any, ClassVar
 
+from verl.tools import default_schemas
 from verl.tools.base import BaseTool, _positive
 from verl.tools.sandbox import RunResult, SandboxLimits, ThreadSafeSemaphore, run_python
 from verl.tools.schemas import ToolResponse
@@ -102,18 +103,7 @@ class CodeInterpreterTool(BaseTool):
         RuntimeError: not a POSIX system.
     """
 
-    default_tool_schema: ClassVar[dict[str, Any]] = {
-        "type": "function",
-        "function": {
-            "name": "code_interpreter",
-            "description": "A tool for executing code.",
-            "parameters": {
-                "type": "object",
-                "properties": {"code": {"type": "string", "description": "The code to execute."}},
-                "required": ["code"],
-            },
-        },
-    }
+    default_tool_schema: ClassVar[dict[str, Any]] = default_schemas.CODE_INTERPRETER
 
     def __init__(self, config: dict[str, Any] | None = None, tool_schema: Any = None) -> None:
         config = dict(config or {})

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from uuid import uuid4
 
 from verl.rewards import gsm8k
+from verl.tools import default_schemas
 from verl.tools.base import BaseTool
 from verl.tools.schemas import ToolResponse
 
@@ -29,26 +30,7 @@ NO_IMPROVEMENT_PENALTY = -0.05
 class Gsm8kTool(BaseTool):
     """verl's GSM8K reward tool (module docstring). ``config`` has no keys of its own (``timeout`` as BaseTool)."""
 
-    default_tool_schema: ClassVar[dict[str, Any]] = {
-        "type": "function",
-        "function": {
-            "name": "calc_gsm8k_reward",
-            "description": (
-                "A tool for calculating the reward of gsm8k. (1.0 if parsed answer is correct, 0.0 if parsed "
-                "answer is incorrect or not correctly parsed)"
-            ),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "answer": {
-                        "type": "string",
-                        "description": "The model's answer to the GSM8K math problem, must be a digits",
-                    }
-                },
-                "required": ["answer"],
-            },
-        },
-    }
+    default_tool_schema: ClassVar[dict[str, Any]] = default_schemas.CALC_GSM8K_REWARD
 
     def __init__(self, config: dict[str, Any] | None = None, tool_schema: Any = None) -> None:
         super().__init__(config, tool_schema)

@@ -27,6 +27,7 @@ import urllib.error
 import urllib.request
 from typing import Any, ClassVar
 
+from verl.tools import default_schemas
 from verl.tools.base import BaseTool, _positive
 from verl.tools.sandbox import ThreadSafeSemaphore
 from verl.tools.schemas import ToolResponse
@@ -149,18 +150,7 @@ class SandboxFusionTool(BaseTool):
         ValueError: no ``sandbox_fusion_url``, an unknown config key, or a value that is not positive.
     """
 
-    default_tool_schema: ClassVar[dict[str, Any]] = {
-        "type": "function",
-        "function": {
-            "name": "code_interpreter",
-            "description": "A tool for executing code.",
-            "parameters": {
-                "type": "object",
-                "properties": {"code": {"type": "string", "description": "The code to execute."}},
-                "required": ["code"],
-            },
-        },
-    }
+    default_tool_schema: ClassVar[dict[str, Any]] = default_schemas.CODE_INTERPRETER
 
     def __init__(self, config: dict[str, Any] | None = None, tool_schema: Any = None) -> None:
         config = dict(config or {})
