@@ -146,6 +146,7 @@ class Analysis:
         self.funcs: dict[str, list[Func]] = {}
         self.reads: list[tuple[ast.expr, Scope, str]] = []  # (read expression, its scope, file)
         self.calls: list[tuple[ast.Call, Scope]] = []
+        self._memo: dict[tuple[int, int], set[Chain]] = {}
         for name, text in sources:
             self._module(ast.parse(text, filename=name), name)
         for call, scope in self.calls:
@@ -186,7 +187,8 @@ class Analysis:
             return
         if isinstance(node, ast.Call):
             self.calls.append((node, scope))
-        if isinstance(node, ast.Attribute) or _literal_key(node) is not None:
+        is_store = isinstance(getattr(node, "ctx", None), ast.Store | ast.Del)  # ``d["k"] = v`` reads nothing
+        if not is_store and (isinstance(node, ast.Attribute) or _literal_key(node) is not None):
             self.reads.append((node, scope, file))  # type: ignore[arg-type]
         self._visit_body(node, scope, file, cls)
 
@@ -237,7 +239,17 @@ class Analysis:
         """Every chain of section names ``expr`` may stand for (``()`` = an unknown base)."""
         if depth > _MAX_DEPTH or id(expr) in seen:
             return {()}
-        seen = seen | {id(expr)}
+        # Memoised per (expression, scope): a name bound at many call sites that pass names bound at many call
+        # sites is exponential without it (the agent-loop code made this test run for over an hour). A result
+        # cut short by a cycle may miss chains; that can only report a key as unread, never hide one.
+        memo_key = (id(expr), id(scope))
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        result = self._resolve(expr, scope, depth, seen | {id(expr)})
+        self._memo[memo_key] = result
+        return result
+
+    def _resolve(self, expr: ast.expr, scope: Scope, depth: int, seen: frozenset[int]) -> set[Chain]:
         if isinstance(expr, ast.Attribute):
             base = expr.value
             if isinstance(base, ast.Name) and base.id == "self":
@@ -295,9 +307,9 @@ def keys_read_by(chain: Chain) -> set[str]:
 
 
 def tree_sources(roots: Iterable[Path], exclude: Path | Iterable[Path], relative_to: Path) -> Iterator[tuple[str, str]]:
-    """``(relative file name, text)`` of every ``.py`` file under ``roots`` outside the ``exclude`` folder(s)."""
+    """``(relative file name, text)`` of every ``.py`` file under ``roots`` outside the ``exclude`` folders and files."""
     excluded = {exclude} if isinstance(exclude, Path) else set(exclude)
     for root in roots:
         for path in sorted(root.rglob("*.py")):
-            if not excluded.intersection(path.parents):
+            if path not in excluded and not excluded.intersection(path.parents):
                 yield str(path.relative_to(relative_to)), path.read_text()
