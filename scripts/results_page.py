@@ -2,7 +2,7 @@
 
     pip install './core[plot]'   # matplotlib, for the PNG
     python scripts/results_page.py RUN_DIR OUT_MD [--title TITLE] [--command "verl train ..."] \
-        [--compare OTHER_RUN_DIR --compare-label GRPO]
+        [--compare OTHER_RUN_DIR | --compare-page OTHER_PAGE.md] [--compare-label GRPO]
 
 Reads ``RUN_DIR/metrics.jsonl`` (per-step metrics, validation rows) and, when the run set
 ``trainer.rollout_data_dir=RUN_DIR/rollouts``, the per-sample scores of every step. The
@@ -10,6 +10,10 @@ learning test is the one the project uses: the mean training score over the last
 of steps must exceed the first quarter's by more than two standard errors of the
 difference, ``SE = sqrt(var_first / n_first + var_last / n_last)`` over per-sample scores
 (per-step means when no sample dump exists).
+
+``--compare-page`` compares with an earlier results page when its run directory is gone: the score and
+``step_s`` columns of its "Per step" table. Runs with agent loops (``rollout.mode=async``) get an "Agent
+loop" section from the ``num_turns/*`` and ``tool/*`` metrics.
 """
 
 from __future__ import annotations
@@ -30,6 +34,67 @@ def sample_scores(run_dir: Path, step: int) -> list[float] | None:
     if not path.exists():
         return None
     return [float(json.loads(line)["score"]) for line in path.read_text().splitlines() if line.strip()]
+
+
+def page_rows(page: Path) -> list[dict]:
+    """Per-step rows (``step``, ``critic/score/mean``, ``timing_s/step``) from a results page's "Per step" table."""
+    lines = page.read_text().splitlines()
+    start = lines.index("## Per step")
+    header = [c.strip() for c in lines[start + 2].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 4 :]:
+        if not line.startswith("|"):
+            break
+        cells = dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True))
+        rows.append(
+            {
+                "step": int(cells["step"]),
+                "critic/score/mean": float(cells["score"]),
+                "timing_s/step": float(cells["step_s"]),
+            }
+        )
+    if not rows:
+        raise ValueError(f"{page}: no rows under its '## Per step' table")
+    return rows
+
+
+AGENT_KEYS = (
+    "num_turns/mean",
+    "tool/calls",
+    "tool/call_rate",
+    "tool/parse_errors",
+    "tool/errors",
+    "tool/timeouts",
+    "tool/truncated",
+    "agent_loop/tool_token_ratio",
+)
+
+
+def agent_section(run_dir: Path, steps: list[dict]) -> list[str]:
+    """Markdown: per-step agent-loop metrics and the share of dumped samples that wrote a ``<tool_call>``."""
+    keys = [k for k in AGENT_KEYS if k in steps[0]]
+    lines = [
+        "",
+        "## Agent loop",
+        "",
+        "Per step, from the trainer's metrics (`tool/call_rate`: calls per sample; `num_turns`: chat turns per "
+        "sample, the prompt's included). `wrote <tool_call>`: share of the step's dumped samples whose response "
+        "contains the tag at all (a malformed call counts here and in `parse_errors`).",
+        "",
+        "| step | " + " | ".join(keys) + " | wrote <tool_call> |",
+        "|---" * (len(keys) + 2) + "|",
+    ]
+    for r in steps:
+        path = run_dir / "rollouts" / f"{r['step']}.jsonl"
+        tagged = "n/a"
+        if path.exists():
+            outs = [json.loads(x)["output"] for x in path.read_text().splitlines() if x.strip()]
+            tagged = f"{sum('<tool_call>' in o for o in outs)}/{len(outs)}"
+        lines.append(f"| {r['step']} | " + " | ".join(f"{r[k]:.3f}" for k in keys) + f" | {tagged} |")
+    totals = {k: sum(r[k] for r in steps) for k in ("tool/calls", "tool/parse_errors", "tool/errors") if k in steps[0]}
+    if totals:
+        lines += ["", "Over the run: " + ", ".join(f"{k} {v:g}" for k, v in totals.items()) + "."]
+    return lines
 
 
 def mean_var(values: list[float]) -> tuple[float, float]:
@@ -130,14 +195,19 @@ def main() -> None:
     parser.add_argument("--title", default="GRPO on GSM8K, SmolLM2-135M-Instruct, 2-core CPU")
     parser.add_argument("--command", default="verl train")
     parser.add_argument("--compare", type=Path, default=None, help="another run directory to compare with")
+    parser.add_argument("--compare-page", type=Path, default=None, help="an earlier results page to compare with")
     parser.add_argument("--compare-label", default="other run")
     args = parser.parse_args()
     rows = load_rows(args.run_dir)
     steps = [r for r in rows if r["step"] > 0 and "critic/score/mean" in r]
     vals = [r for r in rows if any(k.startswith("val-core/") for k in r)]
     other = None
+    if args.compare is not None and args.compare_page is not None:
+        parser.error("give --compare or --compare-page, not both")
     if args.compare is not None:
         other = [r for r in load_rows(args.compare) if r["step"] > 0 and "critic/score/mean" in r]
+    elif args.compare_page is not None:
+        other = page_rows(args.compare_page)
     args.out_md.parent.mkdir(parents=True, exist_ok=True)
     png = args.out_md.with_suffix(".png")
     plot(steps, vals, png, args.title, other, args.compare_label)
@@ -186,7 +256,10 @@ def main() -> None:
             chars = sum(len(r["output"]) for r in rows) / len(rows)
             lines.append(f"| {path.stem} | {exact:.3f} ({len(rows)} prompts) | {formatted:.3f} | {chars:.0f} |")
     if other is not None:
-        lines += comparison(args.run_dir, steps, args.compare, other, args.compare_label)
+        other_dir = args.compare if args.compare is not None else args.compare_page
+        lines += comparison(args.run_dir, steps, other_dir, other, args.compare_label)
+    if "num_turns/mean" in steps[0]:
+        lines += agent_section(args.run_dir, steps)
     critic_keys = [k for k in ("critic/vf_loss", "critic/vf_explained_var") if k in steps[0]]
     lines += [
         "",
