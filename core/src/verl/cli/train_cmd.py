@@ -179,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
         return status
     _save_config(cfg, run_dir, base.describe())
 
+    from verl.algorithms.filter_groups import DynamicSamplingError
     from verl.controller import WorkerError
     from verl.controller.errors import PlacementError
     from verl.plugins import PluginError
@@ -218,8 +219,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             print(f"verl train: stopped at step {trainer.global_steps}; rerun to resume", file=sys.stderr)
             return 1
-        except (NonFiniteStepsError, RewardFunctionError) as exc:
-            # The run's own guards (docs/reliability.md): the message names the steps or sample and the fix.
+        except (NonFiniteStepsError, RewardFunctionError, DynamicSamplingError) as exc:
+            # The run's own guards (docs/reliability.md; DAPO's round limit and metric, docs/dapo.md): the
+            # message names the steps, sample or key and the fix.
             if args.verbose:
                 raise
             print(f"error: {exc}", file=sys.stderr)

@@ -14,7 +14,8 @@ Errors (all collected, then one :class:`ConfigError`):
    ``top_p`` in (0, 1]; ``top_k`` >= -1; rollout lengths within the data lengths;
 5. algorithm: ``gae`` needs a critic (``critic.enable: false`` is an error); ``grpo_passk``
    needs ``rollout.n`` >= 2; KL estimator names; KL coefficients >= 0; adaptive KL needs
-   ``horizon``/``target_kl`` > 0; ``gamma``/``lam`` in [0, 1]; ``clip_ratio_c`` > 1;
+   ``horizon``/``target_kl`` > 0; ``gamma``/``lam`` in [0, 1]; ``clip_ratio_c`` > 1; DAPO's
+   ``filter_groups`` and ``data.gen_batch_size`` (:mod:`verl.config.validate_filter_groups`);
 6. optimizer ranges (betas in [0, 1), clip_grad > 0, ratios in [0, 1]);
 7. trainer: ``resume_path`` needs ``resume_from_path``; ``controller: local`` needs world size 1;
    reward model needs a path; positive timeouts and worker counts; rollout placement, mode and
@@ -42,6 +43,7 @@ from verl.config.validate_agents import check_agents
 from verl.config.validate_algorithm import check_algorithm_keys
 from verl.config.validate_batch import ARR, check_batch_sizes, world_size
 from verl.config.validate_compat import check_compat
+from verl.config.validate_filter_groups import check_filter_groups
 from verl.config.validate_rollout import check_rollout
 from verl.config.validate_support import check_support
 
@@ -81,6 +83,7 @@ def validate_config(cfg: RootConfig) -> list[str]:
     _check_sampling(cfg, report)
     _check_algorithm(cfg, report)
     check_algorithm_keys(cfg, report)
+    check_filter_groups(cfg, report)
     _check_optim(report, f"{ARR}.actor.optim", cfg.actor_rollout_ref.actor.optim)
     if cfg.critic.enable:
         _check_optim(report, "critic.optim", cfg.critic.optim)

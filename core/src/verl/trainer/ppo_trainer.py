@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from verl.trainer import faults
+from verl.trainer.dynamic_sampling import endless_batches, gen_batch_size
 from verl.trainer.guards import NonFiniteStepGuard
 from verl.trainer.metrics import marked_timer
 from verl.trainer.placement import build_worker_groups, init_weight_sync_group, sync_weights
@@ -124,10 +125,12 @@ class PPOTrainer(StepStages, ValidationLoop):
         self.val_dataloader = (
             create_dataloader(self.val_dataset, cfg.data, train=False) if self.val_dataset is not None else None
         )
+        # Counted in loader batches of data.gen_batch_size prompts (verl); a filtered step may read several.
         steps_per_epoch = len(self.train_dataloader)
         if steps_per_epoch == 0:
+            key = "data.gen_batch_size" if cfg.data.gen_batch_size else "data.train_batch_size"
             raise ValueError(
-                f"data.train_batch_size={cfg.data.train_batch_size} is larger than the training set "
+                f"{key}={gen_batch_size(cfg)} is larger than the training set "
                 f"({len(self.train_dataset)} prompts after filtering): lower it or add data"
             )
         self.steps_per_epoch = steps_per_epoch
@@ -303,9 +306,11 @@ class PPOTrainer(StepStages, ValidationLoop):
             if val:
                 self.tracking.log(val, step=0)
         metrics: dict[str, Any] = {}
-        while self.global_steps < self.total_training_steps:
-            for batch in self.train_dataloader:
-                metrics = self.train_step(batch)
+        # One iterator over the epochs: a step with algorithm.filter_groups takes its further rounds from it.
+        batches = endless_batches(self.train_dataloader)
+        try:
+            while self.global_steps < self.total_training_steps:
+                metrics = self.train_step(next(batches), batches)
                 last = self.global_steps >= self.total_training_steps
                 if cfg.test_freq > 0 and (self.global_steps % cfg.test_freq == 0 or last):
                     with marked_timer("testing", timing := {}):
@@ -318,8 +323,8 @@ class PPOTrainer(StepStages, ValidationLoop):
                     raise self.nonfinite_guard.stop(
                         (lambda: self.checkpoints.step_dir(self.global_steps)) if saved else self.save_checkpoint
                     )
-                if last:
-                    break
+        finally:
+            batches.close()  # stops the loader's row-reading worker processes (data.dataloader_num_workers)
         self.final_metrics = metrics
         return metrics
 

@@ -3,6 +3,9 @@
     gen -> [gen_max] -> sleep -> onload -> [rm] -> reward -> old_log_prob -> ref -> [values] -> adv
         -> [update_critic] -> update_actor -> [save_checkpoint] -> wake_up -> update_weights -> offload -> wake_up
 
+With ``algorithm.filter_groups.enable`` (DAPO), ``gen`` through ``reward`` repeat over generation rounds until
+enough prompt groups have reward spread (:mod:`verl.trainer.dynamic_sampling`).
+
 Each stage runs in :meth:`StepStages.stage`, which fires the test-only fault injection point of that name
 (:mod:`verl.trainer.faults`) and times it as ``timing_s/<stage>`` (verl's ``marked_timer``). ``values`` /
 ``update_critic`` run with a critic, ``rm`` with a reward model, ``gen_max`` for ReMax; the first
@@ -23,6 +26,7 @@ import torch
 
 from verl.trainer import faults
 from verl.trainer.agent_metrics import compute_agent_metrics
+from verl.trainer.dynamic_sampling import ROUND_SEED_STRIDE, DynamicSampling
 from verl.trainer.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -35,7 +39,7 @@ from verl.trainer.switching import step_memory_metrics
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
 
 
-class StepStages:
+class StepStages(DynamicSampling):
     """The step of :class:`~verl.trainer.ppo_trainer.PPOTrainer` (a mixin: it reads the trainer's groups,
     config, reward functions and counters)."""
 
@@ -51,18 +55,29 @@ class StepStages:
         with marked_timer(name, self._timing):
             yield
 
-    def train_step(self, batch: Any) -> dict[str, Any]:
-        """Run one RL step on a batch of prompts; returns the step's metrics."""
+    def train_step(self, batch: Any, more_batches: Iterator[Any] | None = None) -> dict[str, Any]:
+        """Run one RL step on a batch of prompts; returns the step's metrics.
+
+        ``more_batches`` (the trainer's loader iterator) supplies the further generation rounds of
+        ``algorithm.filter_groups`` (:meth:`_filtered_rollout`); without filtering it is not read.
+        """
         metrics: dict[str, Any] = {}
         self._timing = timing = {}
         self._step_in_flight = self.global_steps + 1  # as it will be logged: the fault injection points' step
+        algo = self.config.algorithm
+        n = self.config.actor_rollout_ref.rollout.n
         with marked_timer("step", timing):
-            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-            batch, n, baselines = self._generate(batch, metrics)
-            metrics.update(self.switcher.take_pending())  # what the switch before the first step reported
-            metrics.update(self.switcher.to_training(self.stage))
-            batch = self._score(batch, baselines, n, metrics)
-            batch = self._log_probs(batch, metrics)
+            if algo.filter_groups.enable:
+                batch = self._filtered_rollout(batch, more_batches, metrics)
+                # The in-reward KL needed the old and reference log-probs in every round, before filtering.
+                batch = self._log_probs(batch, metrics, policy=not algo.use_kl_in_reward)
+            else:
+                batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+                batch, n, baselines = self._generate(batch, metrics)
+                metrics.update(self.switcher.take_pending())  # what the switch before the first step reported
+                metrics.update(self.switcher.to_training(self.stage))
+                batch = self._score(batch, baselines, n, metrics)
+                batch = self._log_probs(batch, metrics)
             batch = self._advantages(batch, n, metrics)
             self._update(batch, metrics)
             self.global_steps += 1
@@ -79,15 +94,23 @@ class StepStages:
         metrics.update(compute_throughput_metrics(batch, timing, n_gpus=self.world_size))
         metrics.update(self.train_dataset.stats)  # data/skipped_rows, data/filtered_prompts, data/truncated_prompts
         metrics["training/global_step"] = self.global_steps
-        metrics["training/epoch"] = (self.global_steps - 1) // self.steps_per_epoch
+        # A filtered step reads one loader batch per round, so its epoch is the loader's, not the step count's.
+        filtered = algo.filter_groups.enable
+        metrics["training/epoch"] = self._data_epoch() if filtered else (self.global_steps - 1) // self.steps_per_epoch
         return metrics
 
     # ------------------------------------------------------------------ stages
 
-    def _generate(self, batch: Any, metrics: dict[str, Any]) -> tuple[Any, int, Any]:
-        """``gen`` (and ReMax's ``gen_max``): the repeated prompts' responses joined to the batch (K13)."""
+    def _generate(
+        self, batch: Any, metrics: dict[str, Any], *, round_index: int = 0, balance: bool = True
+    ) -> tuple[Any, int, Any]:
+        """``gen`` (and ReMax's ``gen_max``): the repeated prompts' responses joined to the batch (K13).
+
+        ``round_index``: the generation round of a filtered step (seeds differ per round); ``balance=False``
+        leaves the rows in group order (a filtered step balances its final batch).
+        """
         cfg = self.config
-        gen_batch, n = self._gen_batch(batch, validate=False)
+        gen_batch, n = self._gen_batch(batch, validate=False, round_index=round_index)
         with self.stage("gen"):
             gen_out = self.rollout_wg.generate_sequences(gen_batch)
         baselines = None
@@ -95,7 +118,7 @@ class StepStages:
             with self.stage("gen_max"):
                 baselines = self._greedy_baseline(batch)
         batch = self._join_rollout(batch, gen_out, n)
-        if cfg.trainer.balance_batch and self.world_size > 1:
+        if balance and cfg.trainer.balance_batch and self.world_size > 1:
             from verl.trainer.balance import balance_batch
 
             metrics.update(balance_batch(batch, self.world_size))
@@ -125,8 +148,19 @@ class StepStages:
             batch.batch["reward_baselines"] = baselines.repeat_interleave(n)
         return batch
 
-    def _log_probs(self, batch: Any, metrics: dict[str, Any]) -> Any:
-        """``old_log_prob`` (or its reuse, see :meth:`old_log_prob_source`), ``ref`` and the critic's ``values``."""
+    def _log_probs(self, batch: Any, metrics: dict[str, Any], *, policy: bool = True, values: bool = True) -> Any:
+        """``old_log_prob`` (or its reuse, see :meth:`old_log_prob_source`) and ``ref`` (``policy``), and the
+        critic's ``values`` (``values``)."""
+        if policy:
+            batch = self._policy_log_probs(batch, metrics)
+        if values and self.critic_wg is not None:
+            with self.stage("values"):
+                out = self.critic_wg.compute_values(batch)
+                out.meta_info.clear()
+                batch = batch.union(out)
+        return batch
+
+    def _policy_log_probs(self, batch: Any, metrics: dict[str, Any]) -> Any:
         from verl.algorithms import agg_loss
 
         actor = self.config.actor_rollout_ref.actor
@@ -149,25 +183,30 @@ class StepStages:
                 ref = wg.compute_ref_log_prob(batch)
                 ref.meta_info.clear()
                 batch = batch.union(ref)
-        if self.critic_wg is not None:
-            with self.stage("values"):
-                values = self.critic_wg.compute_values(batch)
-                values.meta_info.clear()
-                batch = batch.union(values)
+        return batch
+
+    def _token_level_rewards(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        """``token_level_rewards``: the scores minus the in-reward KL (``algorithm.use_kl_in_reward``), else the
+        scores themselves (verl's ``apply_kl_penalty`` / assignment in ``fit``)."""
+        from verl.algorithms import apply_kl_penalty
+
+        algo = self.config.algorithm
+        if algo.use_kl_in_reward:
+            batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl, algo.kl_penalty)
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
         return batch
 
     def _advantages(self, batch: Any, n: int, metrics: dict[str, Any]) -> Any:
         """``adv``: in-reward KL (optional), then the estimator on the driver."""
-        from verl.algorithms import apply_kl_penalty, compute_advantage
+        from verl.algorithms import compute_advantage
         from verl.plugins import get_adv_estimator_fn
 
         algo = self.config.algorithm
         with self.stage("adv"):
-            if algo.use_kl_in_reward:
-                batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl, algo.kl_penalty)
-                metrics.update(kl_metrics)
-            else:
-                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            if "token_level_rewards" not in batch.batch.keys():  # a filtered step set them in every round
+                batch = self._token_level_rewards(batch, metrics)
             return compute_advantage(
                 batch,
                 adv_estimator=algo.adv_estimator,
@@ -196,7 +235,7 @@ class StepStages:
 
     # ------------------------------------------------------------------ helpers
 
-    def _gen_batch(self, batch: Any, *, validate: bool) -> Any:
+    def _gen_batch(self, batch: Any, *, validate: bool, round_index: int = 0) -> Any:
         rollout = self.config.actor_rollout_ref.rollout
         # Agent loops read the rows' other columns (raw_prompt, agent_name, tools_kwargs, extra_info, ...).
         columns = list(batch.non_tensor_batch.keys()) if rollout.mode == "async" else []
@@ -206,7 +245,7 @@ class StepStages:
         # Seeding each call from (seed, step) makes a resumed run sample exactly what an uninterrupted
         # run samples, without saving the sampler's RNG state; one seed per row (for engines that
         # honour `sample_seed`) makes the samples independent of how rows are split over DP ranks.
-        seed = int(rollout.seed) * 1_000_003 + self.global_steps * 2 + int(validate)
+        seed = int(rollout.seed) * 1_000_003 + self.global_steps * 2 + int(validate) + round_index * ROUND_SEED_STRIDE
         gen.batch["sample_seed"] = seed * 100_003 + torch.arange(len(gen), dtype=torch.int64)
         gen.meta_info.update(
             {
@@ -257,7 +296,8 @@ class StepStages:
         for key, values in result["reward_extra_info"].items():
             if len(values) == len(batch):
                 batch.non_tensor_batch[f"reward_extra/{key}"] = np.array(values, dtype=object)
-        metrics.update(result["metrics"])
+        for key, value in result["metrics"].items():  # sample counts: summed over a filtered step's rounds
+            metrics[key] = metrics.get(key, 0) + value
 
     def old_log_prob_source(self) -> str:
         """Where a step's old-policy log-probs come from: ``recompute``, ``on_policy`` or ``rollout``.

@@ -1,7 +1,7 @@
 """attrs classes of the config tree, one module per section; verl's key names and defaults."""
 
 from verl.config.schema.actor import ActorConfig, LossAggMode, PolicyLossConfig, RefConfig
-from verl.config.schema.algorithm import AlgorithmConfig, KlCtrlConfig
+from verl.config.schema.algorithm import AlgorithmConfig, FilterGroupsConfig, KlCtrlConfig
 from verl.config.schema.critic import CriticConfig
 from verl.config.schema.data import DataConfig
 from verl.config.schema.model import CriticModelConfig, ModelConfig
@@ -29,6 +29,7 @@ __all__ = [
     "CriticModelConfig",
     "CustomRewardFunctionConfig",
     "DataConfig",
+    "FilterGroupsConfig",
     "KlCtrlConfig",
     "LossAggMode",
     "ModelConfig",

@@ -1,4 +1,4 @@
-"""``algorithm.*``: advantage estimator and in-reward KL (verl ``AlgoConfig``)."""
+"""``algorithm.*``: advantage estimator, in-reward KL and DAPO group filtering (verl ``AlgoConfig``)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,29 @@ class RolloutCorrectionConfig:
 
 
 @attrs.frozen(kw_only=True)
+class FilterGroupsConfig:
+    """DAPO's dynamic sampling (verl ``algorithm.filter_groups``, ``FilterGroupsConfig`` in
+    ``verl/trainer/config/algorithm.py``; the loop is ``recipe/dapo/dapo_ray_trainer.py``).
+
+    With ``enable``, a step generates ``data.gen_batch_size`` prompts x ``rollout.n`` per round, drops the
+    groups (responses of one prompt) whose ``metric`` is the same for every response, and runs more rounds
+    until ``data.train_batch_size`` groups are kept; the batch is then cut to exactly that many groups.
+    Trainer side: :mod:`verl.trainer.dynamic_sampling`; the filter: :mod:`verl.algorithms.filter_groups`.
+    """
+
+    enable: bool = fld(False, doc="drop groups whose metric is equal for every response and sample more prompts")
+    metric: str | None = fld(
+        None,
+        doc="acc|score|seq_reward|seq_final_reward|<a key of compute_score's dict>: the per-response value "
+        "compared within a group (seq_reward: sum of token_level_scores; seq_final_reward: of token_level_rewards, "
+        "after the in-reward KL); required with enable",
+    )
+    max_num_gen_batches: int = fld(
+        0, doc="generation rounds a step may use before it fails (check the data or raise it); <= 0 = no limit"
+    )
+
+
+@attrs.frozen(kw_only=True)
 class AlgorithmConfig:
     """Advantage estimation and KL-in-reward.
 
@@ -55,6 +78,9 @@ class AlgorithmConfig:
     kl_ctrl: KlCtrlConfig = section(KlCtrlConfig, doc="in-reward KL coefficient controller")
     rollout_correction: RolloutCorrectionConfig = section(
         RolloutCorrectionConfig, doc="where the old policy's log-probs come from (bypass_mode)"
+    )
+    filter_groups: FilterGroupsConfig = section(
+        FilterGroupsConfig, doc="DAPO dynamic sampling: drop groups without reward spread, sample more prompts"
     )
     gdpo_reward_keys: tuple[str, ...] | None = fld(
         None,

@@ -34,6 +34,11 @@ class DataConfig:
     max_prompt_length: int = fld(512, doc="prompt length in tokens; prompts are left-padded to it")
     max_response_length: int = fld(512, doc="response length in tokens; responses are right-padded to it")
     train_batch_size: int = fld(1024, doc="prompts per training step (before repeating by rollout.n)")
+    gen_batch_size: int | None = fld(
+        None,
+        doc="prompts the loader hands out per generation round; null = train_batch_size. Differs from it only "
+        "with algorithm.filter_groups.enable (DAPO rounds of this many prompts until train_batch_size are kept)",
+    )
     val_batch_size: int | None = fld(None, doc="prompts per validation batch; null = the whole validation set")
     return_raw_chat: bool = fld(True, doc="keep the raw chat messages (raw_prompt) in each sample")
     shuffle: bool = fld(True, doc="shuffle the training set every epoch")
