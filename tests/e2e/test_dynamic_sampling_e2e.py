@@ -24,10 +24,12 @@ PROMPTS, TRAIN_BSZ, GEN_BSZ, N, STEPS = 8, 2, 3, 2, 3
 
 REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    """Even-index prompts: the same score for every response. Odd: a weighted character sum of the response."""
+    """Even-index prompts: the same score for every response. Odd: a weighted character sum of the response.
+    ``spread`` repeats the score, for runs where a reward model adds to it."""
     if extra_info["index"] % 2 == 0:
-        return {"score": 0.5, "acc": 0.0}
-    return {"score": sum((i + 1) * ord(c) for i, c in enumerate(solution_str)) / 1e4, "acc": 1.0}
+        return {"score": 0.5, "acc": 0.0, "spread": 0.5}
+    value = sum((i + 1) * ord(c) for i, c in enumerate(solution_str)) / 1e4
+    return {"score": value, "acc": 1.0, "spread": value}
 '''
 CONSTANT = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n"
 
@@ -176,6 +178,48 @@ def test_in_reward_kl_filters_on_seq_final_reward_in_every_round(workspace, full
     ):
         assert row[key] == first[key], key
     assert row["timing_s/old_log_prob"] > 0 and row["timing_s/ref"] > 0
+
+
+def test_a_reward_model_scores_every_round_in_training_mode(workspace, tmp_path):
+    """The reward model runs with the rollout asleep, so each round switches to training and, when another round
+    follows, back to generation; the filter reads compute_score's ``spread`` (the RM adds to the score)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from verl.testing.tiny import make_tiny_tokenizer
+    from verl.trainer.switching import ModeSwitcher
+
+    tok = make_tiny_tokenizer()
+    torch.manual_seed(5)
+    rm_cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_labels=1,
+        pad_token_id=tok.pad_token_id,
+    )
+    LlamaForSequenceClassification(rm_cfg).save_pretrained(tmp_path / "rm")
+    tok.save_pretrained(tmp_path / "rm")
+    run_dir = workspace["root"] / "rm"
+    extra = ["reward_model.enable=true", f"reward_model.model.path={tmp_path / 'rm'}", "reward_model.combine=sum"]
+    extra += ["algorithm.filter_groups.metric=spread", "trainer.total_training_steps=2", "trainer.save_freq=-1"]
+    calls: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("to_training", "to_generation"):
+            real = getattr(ModeSwitcher, name)
+            mp.setattr(ModeSwitcher, name, lambda self, stage, _r=real, _n=name: calls.append(_n) or _r(self, stage))
+        assert verl_main(_args(workspace, run_dir, *extra)) == 0
+    rows = _metrics(run_dir)
+    expected = expected_steps(2)
+    for row, want in zip(rows, expected, strict=True):
+        for key in ("train/num_gen_batches", "train/filter_groups/kept", "train/filter_groups/dropped"):
+            assert row[key] == want[key], (row["step"], key)
+        assert row["timing_s/rm"] > 0
+    # Step 1: one round; step 2: three rounds, switching back to generation between them.
+    assert calls == ["to_training", "to_generation"] + ["to_training", "to_generation"] * 3
 
 
 def test_the_round_limit_stops_the_run_with_verls_advice(workspace, capsys):
