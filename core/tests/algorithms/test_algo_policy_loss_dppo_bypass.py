@@ -171,10 +171,8 @@ def test_bypass_errors_name_the_setting():
         compute_policy_loss_bypass_mode(t(OLD), t(NEW), t(ADV), t(MASK), "token-mean", CFG)
     with pytest.raises(ValueError, match="loss_type"):
         compute_policy_loss_bypass_mode(t(OLD), t(NEW), t(ADV), t(MASK), "token-mean", corr_cfg(loss_type="ppo"))
-    with pytest.raises(ValueError, match="rejection sampling"):
-        compute_policy_loss_bypass_mode(
-            t(OLD), t(NEW), t(ADV), t(MASK), "token-mean", corr_cfg(rollout_rs="token_k1", rollout_rs_threshold=2)
-        )
+    with pytest.raises(ValueError, match="rollout_rs='token_k1' needs rollout_rs_threshold"):
+        compute_policy_loss_bypass_mode(t(OLD), t(NEW), t(ADV), t(MASK), "token-mean", corr_cfg(rollout_rs="token_k1"))
     with pytest.raises(ValueError, match="rollout_is must be one of"):
         compute_rollout_correction_weights(t(NEW - OLD), t(MASK), rollout_is="geo")
 

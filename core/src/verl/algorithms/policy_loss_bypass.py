@@ -1,19 +1,21 @@
 """The ``bypass_mode`` policy loss: the old policy is the rollout policy (two policies, not three).
 
 With ``algorithm.rollout_correction.bypass_mode=true`` the trainer skips the old_log_prob pass and
-hands the rollout's log-probs to the loss as ``old_log_prob``. This loss then
+hands the rollout's log-probs to the loss as ``old_log_prob``, and the actor's loss becomes this one,
+reading ``algorithm.rollout_correction`` (verl's ``apply_bypass_mode``; see
+:func:`verl.workers.losses.make_ppo_loss`). This loss then
 
-1. computes importance weights w = π_θ/π_rollout and mismatch metrics from the *current* log-probs
-   (:func:`verl.algorithms.rollout_correction.compute_rollout_correction_and_rejection_mask`, under
-   no_grad, so w is a constant);
-2. dispatches on ``policy_loss.rollout_correction.loss_type``:
+1. computes importance weights w = π_θ/π_rollout, the rejection mask and mismatch metrics from the
+   *current* log-probs (:func:`verl.algorithms.rollout_correction.compute_rollout_correction_and_rejection_mask`,
+   under no_grad, so w is a constant); the rejected tokens leave the loss's mask;
+2. dispatches on ``rollout_correction.loss_type``:
    ``ppo_clip`` (default): the vanilla PPO loss with r = π_θ/π_rollout and *no* extra weights (the
    ratio already is the IS correction; applying w too would count it twice);
    ``reinforce``: L = −w·A·logπ_θ (−A·logπ_θ when ``rollout_is`` is null).
 
 Config read from ``config.policy_loss.rollout_correction``: loss_type, rollout_is, rollout_is_threshold
-(2.0), rollout_is_batch_normalize (False), rollout_rs / rollout_rs_threshold (must be null). The
-``rollout_is_weights`` argument is ignored, as in verl (the weights are computed here).
+(2.0), rollout_is_batch_normalize (False), rollout_rs, rollout_rs_threshold. The ``rollout_is_weights``
+argument is ignored, as in verl (the weights are computed here).
 
 Source: verl/trainer/ppo/core_algos.py (compute_policy_loss_bypass_mode, compute_policy_loss_reinforce).
 """
@@ -92,8 +94,8 @@ def compute_policy_loss_bypass_mode(
         when ``rollout_is`` is set, and mismatch metrics: kl, k3_kl, training/rollout ppl, chi2, ...).
 
     Raises:
-        ValueError: ``config.policy_loss.rollout_correction`` missing; unknown ``loss_type``; rejection
-            sampling requested; bad IS options; shape mismatch.
+        ValueError: ``config.policy_loss.rollout_correction`` missing; unknown ``loss_type``; bad IS or
+            rejection options; shape mismatch.
 
     Source: verl/trainer/ppo/core_algos.py:compute_policy_loss_bypass_mode.
     """

@@ -1,7 +1,9 @@
-"""Importance weights between the training policy and the rollout policy, and mismatch metrics.
+"""Rollout correction: importance weights and rejection between the training and the rollout policy.
 
-Used by the ``bypass_mode`` policy loss (:mod:`verl.algorithms.policy_loss_bypass`), where the old
-policy *is* the rollout policy. log_ratio = logπ_train − logπ_rollout, all tensors (batch, response_len).
+log_ratio = logπ_train − logπ_rollout, all tensors (batch, response_len). "Training policy" is the old
+policy recomputed by the trainer in verl's decoupled mode (three policies: rollout, old, current;
+:func:`compute_rollout_correction_and_add_to_batch`, called by the trainer after old_log_prob), or the
+current policy in the ``bypass_mode`` loss (:mod:`verl.algorithms.policy_loss_bypass`).
 
 * ``rollout_is="token"``: w_t = exp(clamp(log_ratio_t, ±20)); ``"sequence"``: one weight per row,
   exp(clamp(Σ_t log_ratio_t, ±20)), broadcast over the row.
@@ -11,26 +13,36 @@ policy *is* the rollout policy. log_ratio = logπ_train − logπ_rollout, all t
   of the tensors passed in; with ``torch.distributed`` initialised and more than one rank, the sums and
   counts are all-reduced over the default group first (verl's ``distributed_masked_mean``), so the
   mean is over the micro-batches of all ranks (every rank must call it the same number of times).
+* ``rollout_rs``: rejection sampling (:mod:`verl.algorithms.rollout_rejection`) zeroes tokens or rows
+  of the response mask.
 
-Weights are zero outside the mask and detached. Rejection sampling (verl's ``rollout_rs``) is not
-implemented; passing it raises ValueError.
+Weights are zero outside the mask and detached. Metrics follow verl's names (``rollout_is_*``,
+``rollout_rs_*``, and the mismatch diagnostics of :func:`compute_offpolicy_metrics`); the combined
+functions prefix them ``rollout_corr/``. Degenerate input (no valid token) gives 0-valued weight and
+mismatch metrics where verl raises, as :func:`verl.algorithms.utils.masked_mean` does.
 
-Source: verl/trainer/ppo/rollout_corr_helper.py (compute_rollout_correction_weights,
-compute_offpolicy_metrics, compute_rollout_correction_and_rejection_mask). Background: Liu et al. 2025,
-"When Speed Kills Stability" (https://richardli.xyz/rl-collapse).
+Source: verl/trainer/ppo/rollout_corr_helper.py (compute_rollout_correction_weights, compute_is_metrics,
+compute_offpolicy_metrics, compute_rollout_correction_and_rejection_mask,
+compute_rollout_correction_and_add_to_batch). Background: Liu et al. 2025, "When Speed Kills Stability"
+(https://richardli.xyz/rl-collapse).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
+from verl.algorithms.rollout_rejection import compute_rollout_rejection_mask
 from verl.algorithms.utils import masked_mean, masked_sum
 
 __all__ = [
     "ROLLOUT_IS_LEVELS",
+    "compute_is_metrics",
     "compute_offpolicy_metrics",
+    "compute_rollout_correction_and_add_to_batch",
     "compute_rollout_correction_and_rejection_mask",
     "compute_rollout_correction_weights",
     "parse_rollout_is_threshold",
@@ -89,11 +101,11 @@ def compute_rollout_correction_weights(
         rollout_is_batch_normalize: rescale to mean 1 over the valid tokens (token) or rows (sequence).
 
     Returns:
-        (weights (batch, response_len) detached, zero outside the mask; metrics without prefix:
-        rollout_is_mean, rollout_is_ratio_fraction_high/low (token: share of valid tokens whose raw
-        weight is above u / below l; sequence: share of rows, empty rows included, whose unclamped
-        Σ_t log_ratio is above log u / below log l; l = 1/u for TIS), and rollout_is_batch_norm_factor
-        when normalising, the all-rank mean when torch.distributed is initialised).
+        (weights (batch, response_len) detached, zero outside the mask; metrics without prefix: those of
+        :func:`compute_is_metrics` (on the weights before normalisation), ``rollout_is_oob_ratio`` for
+        IcePop (share of valid tokens whose raw weight is outside [l, u]), and
+        ``rollout_is_batch_norm_factor`` when normalising, the all-rank mean when torch.distributed is
+        initialised).
 
     Raises:
         ValueError: unknown ``rollout_is``; a bad threshold (see :func:`parse_rollout_is_threshold`).
@@ -105,29 +117,20 @@ def compute_rollout_correction_weights(
     upper, lower = parse_rollout_is_threshold(rollout_is_threshold)
     mask = response_mask.to(log_ratio.dtype)
     if rollout_is == "token":
+        unclamped = log_ratio
         raw = torch.exp(torch.clamp(log_ratio, -SAFETY_BOUND, SAFETY_BOUND))
     else:
-        seq = masked_sum(log_ratio, response_mask, axis=-1).unsqueeze(-1)
-        raw = torch.exp(torch.clamp(seq, -SAFETY_BOUND, SAFETY_BOUND)).expand_as(log_ratio)
+        unclamped = masked_sum(log_ratio, response_mask, axis=-1).unsqueeze(-1)
+        raw = torch.exp(torch.clamp(unclamped, -SAFETY_BOUND, SAFETY_BOUND)).expand_as(log_ratio)
     raw = raw * mask
     if lower is None:
         weights = raw.clamp(max=upper)
     else:
         weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
-    low_bound = 1.0 / upper if lower is None else lower
-    if rollout_is == "token":
-        high = float(masked_mean((raw > upper).to(raw.dtype), response_mask))
-        low = float(masked_mean((raw < low_bound).to(raw.dtype), response_mask))
-    else:
-        # verl counts rows (every row, empty ones included) on the unclamped Σ log-ratio in log space,
-        # so a row beyond exp(±20) still counts and a long row weighs as much as a short one.
-        high = float((seq > math.log(upper)).to(raw.dtype).mean())
-        low = float((seq < math.log(low_bound)).to(raw.dtype).mean())
-    metrics = {
-        "rollout_is_mean": float(masked_mean(weights, response_mask)),
-        "rollout_is_ratio_fraction_high": high,
-        "rollout_is_ratio_fraction_low": low,
-    }
+    metrics = compute_is_metrics(weights, raw, unclamped, response_mask, rollout_is, upper, lower)
+    if lower is not None:
+        outside = (raw < lower) | (raw > upper)
+        metrics["rollout_is_oob_ratio"] = float(masked_mean(outside.to(raw.dtype), response_mask))
     if rollout_is_batch_normalize:
         if rollout_is == "token":
             mean = _global_masked_mean(weights, mask)
@@ -140,6 +143,87 @@ def compute_rollout_correction_weights(
         else:
             metrics["rollout_is_batch_norm_factor"] = 1.0
     return weights.detach(), metrics
+
+
+def _valid_extreme(values: torch.Tensor, valid: torch.Tensor, largest: bool) -> float:
+    picked = values[valid]
+    if picked.numel() == 0:
+        return 0.0
+    return float(picked.max() if largest else picked.min())
+
+
+def compute_is_metrics(
+    rollout_is_weights: torch.Tensor,
+    raw_rollout_is_weights: torch.Tensor,
+    log_ratio_for_metrics: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_is: str,
+    rollout_is_threshold: float,
+    rollout_is_threshold_lower: float | None = None,
+) -> dict[str, float]:
+    """verl's IS weight statistics (no prefix), python floats.
+
+    Args:
+        rollout_is_weights: (batch, response_len) applied weights (after TIS / IcePop, before normalisation).
+        raw_rollout_is_weights: the same before TIS / IcePop (safety-clamped, zero outside the mask).
+        log_ratio_for_metrics: unclamped log-ratio: (batch, response_len) for ``token``, the per-row sum
+            (batch, 1) for ``sequence``.
+        response_mask: (batch, response_len) 0/1.
+        rollout_is: ``"token"`` or ``"sequence"``.
+        rollout_is_threshold: upper bound u; ``rollout_is_threshold_lower``: l (None: 1/u).
+
+    Returns:
+        ``rollout_is_mean`` (masked mean of the applied weights); ``_max`` / ``_min`` (sequence: exp of the
+        largest row sum capped at e^20 / of the smallest, over all rows; token: of the applied weights over
+        valid tokens); ``_ratio_fraction_high`` / ``_low`` (sequence: share of all rows whose unclamped sum
+        is above log u / below log l; token: share of valid tokens whose raw weight is above u / below l);
+        ``_std`` (of the applied weights clipped to [0, u] over valid tokens; 0 with at most one token);
+        ``_eff_sample_size`` (1 / masked mean of (w / (mean w + 1e-8))², w clipped to [0, u]; 0 when every
+        weight is 0, where verl divides by zero); ``_seq_mean`` / ``_seq_std`` (unbiased) / ``_seq_max`` /
+        ``_seq_min`` of the per-row mean applied weight over all rows; ``_seq_max_deviation`` (max
+        |row mean − 1|); ``_seq_fraction_high`` / ``_low`` (share of rows whose raw mean weight is above u /
+        below l).
+
+    Source: verl/trainer/ppo/rollout_corr_helper.py:compute_is_metrics.
+    """
+    upper = float(rollout_is_threshold)
+    lower = 1.0 / upper if rollout_is_threshold_lower is None else float(rollout_is_threshold_lower)
+    w, raw, mask = rollout_is_weights, raw_rollout_is_weights, response_mask
+    valid = mask != 0
+    dtype = w.dtype
+    out = {"rollout_is_mean": float(masked_mean(w, mask))}
+    if rollout_is == "sequence":
+        seq = log_ratio_for_metrics
+        out["rollout_is_max"] = float(torch.exp(torch.clamp(seq.max(), max=SAFETY_BOUND)))
+        out["rollout_is_min"] = float(torch.exp(seq.min()))
+        # verl counts rows (every row, empty ones included) on the unclamped Σ log-ratio in log space,
+        # so a row beyond exp(±20) still counts and a long row weighs as much as a short one.
+        out["rollout_is_ratio_fraction_high"] = float((seq > math.log(upper)).to(dtype).mean())
+        out["rollout_is_ratio_fraction_low"] = float((seq < math.log(lower)).to(dtype).mean())
+    else:
+        out["rollout_is_ratio_fraction_high"] = float(masked_mean((raw > upper).to(dtype), mask))
+        out["rollout_is_ratio_fraction_low"] = float(masked_mean((raw < lower).to(dtype), mask))
+        out["rollout_is_max"] = _valid_extreme(w, valid, largest=True)
+        out["rollout_is_min"] = _valid_extreme(w, valid, largest=False)
+    clipped = w.clamp(min=0.0, max=upper)
+    mean = masked_mean(clipped, mask)
+    if int(valid.sum()) > 1:
+        out["rollout_is_std"] = float(torch.sqrt(torch.clamp(masked_mean(clipped.square(), mask) - mean**2, min=0)))
+    else:
+        out["rollout_is_std"] = 0.0
+    second = float(masked_mean((clipped / (mean + 1e-8)).square(), mask))
+    out["rollout_is_eff_sample_size"] = 1.0 / second if second > 0 else 0.0
+    row_mean = masked_mean(w, mask, axis=-1)
+    out["rollout_is_seq_mean"] = float(row_mean.mean())
+    out["rollout_is_seq_std"] = float(row_mean.std()) if row_mean.numel() > 1 else 0.0
+    out["rollout_is_seq_max"] = float(row_mean.max())
+    out["rollout_is_seq_min"] = float(row_mean.min())
+    out["rollout_is_seq_max_deviation"] = float((row_mean - 1.0).abs().max())
+    # On the raw row mean: a mean of weights truncated at u can never exceed u.
+    raw_row_mean = masked_mean(raw, mask, axis=-1)
+    out["rollout_is_seq_fraction_high"] = float((raw_row_mean > upper).to(dtype).mean())
+    out["rollout_is_seq_fraction_low"] = float((raw_row_mean < lower).to(dtype).mean())
+    return out
 
 
 def _global_masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -210,23 +294,26 @@ def compute_rollout_correction_and_rejection_mask(
     rollout_rs: str | None = None,
     rollout_rs_threshold: str | float | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
-    """IS weights (when ``rollout_is`` is set) and mismatch metrics, keys prefixed ``rollout_corr/``.
+    """IS weights (when ``rollout_is`` is set), the rejection mask and mismatch metrics (``rollout_corr/``).
 
     Args:
-        old_log_prob: (batch, response_len) log-probs of the *training* policy (in bypass mode: the
-            current policy). rollout_log_prob: the rollout policy's, same shape.
+        old_log_prob: (batch, response_len) log-probs of the *training* policy (decoupled: the recomputed
+            old policy; bypass mode: the current policy). rollout_log_prob: the rollout policy's, same shape.
         response_mask: (batch, response_len) 0/1.
         rollout_is, rollout_is_threshold, rollout_is_batch_normalize: see
             :func:`compute_rollout_correction_weights`; ``rollout_is=None`` or a None threshold
-            disables the weights.
-        rollout_rs, rollout_rs_threshold: rejection sampling; only None is accepted.
+            disables the weights (as verl).
+        rollout_rs, rollout_rs_threshold: see
+            :func:`verl.algorithms.rollout_rejection.compute_rollout_rejection_mask`; None disables it.
 
     Returns:
-        (weights or None, response mask (a copy, unchanged: no rejection), metrics). verl returns the
-        weights wrapped in a DataProto; here they are the bare tensor.
+        (weights or None; the response mask with rejected tokens zeroed (a copy, unchanged without
+        ``rollout_rs``); metrics prefixed ``rollout_corr/``: the IS metrics, the ``rollout_rs_*`` metrics,
+        and :func:`compute_offpolicy_metrics`). verl returns the weights wrapped in a DataProto; here they
+        are the bare tensor.
 
     Raises:
-        ValueError: shapes differ; ``rollout_rs`` is set; bad IS options.
+        ValueError: shapes differ; ``rollout_rs`` without ``rollout_rs_threshold``; bad IS / RS options.
 
     Source: verl/trainer/ppo/rollout_corr_helper.py:compute_rollout_correction_and_rejection_mask.
     """
@@ -234,11 +321,6 @@ def compute_rollout_correction_and_rejection_mask(
         raise ValueError(
             f"rollout correction: old_log_prob {tuple(old_log_prob.shape)}, rollout_log_prob "
             f"{tuple(rollout_log_prob.shape)} and response_mask {tuple(response_mask.shape)} must match"
-        )
-    if rollout_rs is not None or rollout_rs_threshold is not None:
-        raise ValueError(
-            "rollout rejection sampling (policy_loss.rollout_correction.rollout_rs / rollout_rs_threshold) is not "
-            "implemented; set both to null"
         )
     log_ratio = old_log_prob - rollout_log_prob
     metrics: dict[str, float] = {}
@@ -248,5 +330,64 @@ def compute_rollout_correction_and_rejection_mask(
             log_ratio, response_mask, rollout_is, rollout_is_threshold, rollout_is_batch_normalize
         )
         metrics.update(is_metrics)
+    mask = response_mask.clone()
+    if rollout_rs is not None:
+        if rollout_rs_threshold is None:
+            raise ValueError(
+                f"rollout_rs={rollout_rs!r} needs rollout_rs_threshold (e.g. 2.0, or '0.5_2.0' for a *_k1 mode)"
+            )
+        mask, rs_metrics = compute_rollout_rejection_mask(log_ratio, response_mask, rollout_rs, rollout_rs_threshold)
+        metrics.update(rs_metrics)
     metrics.update(compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask))
-    return weights, response_mask.clone(), {f"rollout_corr/{key}": value for key, value in metrics.items()}
+    return weights, mask, {f"rollout_corr/{key}": value for key, value in metrics.items()}
+
+
+def compute_rollout_correction_and_add_to_batch(batch: Any, rollout_corr_config: Any) -> tuple[Any, dict[str, float]]:
+    """verl's decoupled mode on the driver: weights and rejection from ``old_log_probs`` vs ``rollout_log_probs``.
+
+    Always replaces ``batch.batch["response_mask"]`` with the rejection-masked one (unchanged without
+    ``rollout_rs``); adds ``batch.batch["rollout_is_weights"]`` (batch, response_len) when
+    ``rollout_is`` is set. Every policy loss multiplies its per-token loss by those weights, and every
+    later stage (advantages, losses, their token normalisers) sees the masked response_mask.
+
+    Args:
+        batch: DataProto with ``old_log_probs``, ``rollout_log_probs`` and ``response_mask``.
+        rollout_corr_config: ``algorithm.rollout_correction`` (any object or mapping with rollout_is,
+            rollout_is_threshold, rollout_is_batch_normalize, rollout_rs, rollout_rs_threshold).
+
+    Returns:
+        (the same batch, metrics prefixed ``rollout_corr/``).
+
+    Raises:
+        KeyError: a required column is missing (named). ValueError: as
+        :func:`compute_rollout_correction_and_rejection_mask`.
+
+    Source: verl/trainer/ppo/rollout_corr_helper.py:compute_rollout_correction_and_add_to_batch.
+    """
+    tensors = batch.batch
+    for key in ("old_log_probs", "rollout_log_probs", "response_mask"):
+        if key not in tensors.keys():
+            raise KeyError(f"rollout correction needs batch[{key!r}]; present: {sorted(tensors.keys())}")
+    cfg = rollout_corr_config
+    weights, mask, metrics = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=tensors["old_log_probs"],
+        rollout_log_prob=tensors["rollout_log_probs"],
+        response_mask=tensors["response_mask"],
+        rollout_is=_get(cfg, "rollout_is", None),
+        rollout_is_threshold=_get(cfg, "rollout_is_threshold", 2.0),
+        rollout_is_batch_normalize=bool(_get(cfg, "rollout_is_batch_normalize", False)),
+        rollout_rs=_get(cfg, "rollout_rs", None),
+        rollout_rs_threshold=_get(cfg, "rollout_rs_threshold", None),
+    )
+    tensors["response_mask"] = mask
+    if weights is not None:
+        tensors["rollout_is_weights"] = weights
+    return batch, metrics
+
+
+def _get(config: Any, key: str, default: Any) -> Any:
+    """``config.key`` / ``config[key]`` when present, even None (verl's ``.get(key, default)``: an explicit
+    null threshold disables the weights rather than falling back to the default)."""
+    if isinstance(config, Mapping):
+        return config.get(key, default)
+    return getattr(config, key, default)
