@@ -82,8 +82,9 @@ def test_gdpo_with_bypass_mode_loss(workspace):
         "algorithm.rollout_correction.bypass_mode=true",
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
-        "actor_rollout_ref.actor.policy_loss.rollout_correction.loss_type=reinforce",
-        "actor_rollout_ref.actor.policy_loss.rollout_correction.rollout_is=token",
+        # verl's apply_bypass_mode hands algorithm.rollout_correction to the loss
+        "algorithm.rollout_correction.loss_type=reinforce",
+        "algorithm.rollout_correction.rollout_is=token",
     )
     (row,) = rows
     assert math.isfinite(row["actor/pg_loss"])

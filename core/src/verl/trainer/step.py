@@ -207,6 +207,7 @@ class StepStages(DynamicSampling):
         with self.stage("adv"):
             if "token_level_rewards" not in batch.batch.keys():  # a filtered step set them in every round
                 batch = self._token_level_rewards(batch, metrics)
+            batch = self._rollout_correction(batch, metrics)
             return compute_advantage(
                 batch,
                 adv_estimator=algo.adv_estimator,
@@ -217,6 +218,26 @@ class StepStages(DynamicSampling):
                 config=algo,
                 estimator_fn=get_adv_estimator_fn(algo.adv_estimator),  # plugin-provided ones too
             )
+
+    def _rollout_correction(self, batch: Any, metrics: dict[str, Any]) -> Any:
+        """verl's decoupled rollout correction, in ``adv`` before the estimator (``algorithm.rollout_correction``).
+
+        With the recomputed ``old_log_probs`` and the rollout's ``rollout_log_probs`` in the batch (and
+        ``bypass_mode`` off): ``rollout_is_weights`` (``rollout_is``), the rejection-masked ``response_mask``
+        (``rollout_rs``) and the ``rollout_corr/*`` metrics (always, as verl). Without a recomputed old
+        policy (the on-policy fast path, which :meth:`old_log_prob_source` avoids when rollout_is or
+        rollout_rs is set) there is nothing to compare and nothing is done.
+        Source: verl/trainer/ppo/ray_trainer.py (fit: compute_rollout_correction_and_add_to_batch).
+        """
+        corr = self.config.algorithm.rollout_correction
+        keys = batch.batch.keys()
+        if corr.bypass_mode or "rollout_log_probs" not in keys or "old_log_probs" not in keys:
+            return batch
+        from verl.algorithms.rollout_correction import compute_rollout_correction_and_add_to_batch
+
+        batch, corr_metrics = compute_rollout_correction_and_add_to_batch(batch, corr)
+        metrics.update(corr_metrics)
+        return batch
 
     def _update(self, batch: Any, metrics: dict[str, Any]) -> None:
         """``update_critic`` then ``update_actor`` (skipped for the first ``trainer.critic_warmup`` steps)."""
@@ -309,15 +330,19 @@ class StepStages(DynamicSampling):
           in-reward KL, which reads the old log-probs before the update): the update's own forward,
           detached, *is* the old policy's log-prob (same weights, same tokens), so the ratio is exactly 1;
           verl's ``dp_actor`` uses it the same way (``on_policy``) and TRL skips the pass as well.
-          ``actor/entropy`` then comes from the update's forward (the same values).
+          ``actor/entropy`` then comes from the update's forward (the same values). Not with
+          ``rollout_correction.rollout_is`` / ``rollout_rs`` set: the trainer compares the old policy with
+          the rollout's before the update (:meth:`_rollout_correction`), so the pass runs.
         * ``recompute``: a separate ``old_log_prob`` forward pass before the update (verl's default path).
         """
         cfg = self.config
         actor = cfg.actor_rollout_ref.actor
-        if cfg.algorithm.rollout_correction.bypass_mode:
+        corr = cfg.algorithm.rollout_correction
+        if corr.bypass_mode:
             return "rollout"
         one_step = actor.ppo_epochs == 1 and actor.ppo_mini_batch_size >= cfg.data.train_batch_size
-        if actor.reuse_on_policy_log_prob and one_step and not cfg.algorithm.use_kl_in_reward:
+        corrected = corr.rollout_is is not None or corr.rollout_rs is not None
+        if actor.reuse_on_policy_log_prob and one_step and not cfg.algorithm.use_kl_in_reward and not corrected:
             return "on_policy"
         return "recompute"
 

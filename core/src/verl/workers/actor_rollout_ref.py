@@ -364,7 +364,11 @@ class ActorRolloutRefWorker(Worker):
         start = time.perf_counter()
         # Without a separate old_log_prob pass, actor/entropy is measured in the update's own forward.
         source = data.meta_info.get("old_log_prob_source", "recompute")
-        loss_fn = make_ppo_loss(self.config.actor_rollout_ref.actor, entropy_metric=source != "recompute")
+        loss_fn = make_ppo_loss(
+            self.config.actor_rollout_ref.actor,
+            entropy_metric=source != "recompute",
+            rollout_correction=self.config.algorithm.rollout_correction,
+        )
         metrics = self.actor.train_batch(data, loss_fn)
         metrics["perf/update_actor_s"] = [time.perf_counter() - start]
         return _metrics_proto(metrics)

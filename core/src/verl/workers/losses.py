@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import torch
 
 from verl.algorithms import agg_loss, combine_actor_loss, kl_penalty
@@ -24,11 +25,12 @@ from verl.plugins import get_policy_loss_fn  # plugin-provided losses too
 LossFn = Callable[[Any, dict[str, torch.Tensor], dict[str, Any]], tuple[torch.Tensor, dict[str, float]]]
 
 
-def make_ppo_loss(actor: Any, *, entropy_metric: bool = False) -> LossFn:
+def make_ppo_loss(actor: Any, *, entropy_metric: bool = False, rollout_correction: Any = None) -> LossFn:
     """Build the actor loss for the ``actor_rollout_ref.actor`` config section ``actor``.
 
     The micro-batch must carry ``advantages``, ``response_mask`` ``(bs, resp_len)``, plus
-    ``ref_log_prob`` when ``actor.use_kl_loss`` and optionally ``rollout_is_weights``; and
+    ``ref_log_prob`` when ``actor.use_kl_loss`` and optionally ``rollout_is_weights`` ``(bs, resp_len)``
+    (decoupled rollout correction: the policy loss multiplies its per-token loss by them); and
     ``old_log_probs``, unless ``meta_info["old_log_prob_source"] == "on_policy"``: then the
     detached log-probs of this very forward are the old policy's (one optimizer step per batch,
     see :meth:`verl.trainer.ppo_trainer.PPOTrainer.old_log_prob_source`).
@@ -37,11 +39,16 @@ def make_ppo_loss(actor: Any, *, entropy_metric: bool = False) -> LossFn:
         actor: the ``actor_rollout_ref.actor`` section.
         entropy_metric: also report ``actor/entropy`` (the aggregated entropy of this forward; the
             engine computes it without a graph when the loss itself has no entropy term).
+        rollout_correction: the ``algorithm.rollout_correction`` section. With ``bypass_mode`` on, the loss
+            is ``bypass_mode`` and reads this section in place of ``actor.policy_loss.rollout_correction``
+            (verl's ``apply_bypass_mode``, rollout_corr_helper.py: the old log-probs are the rollout's).
 
     Raises:
         ValueError: (at build time) for an unknown ``policy_loss.loss_mode``.
         KeyError: (at call time) if a required tensor is missing, naming it.
     """
+    if rollout_correction is not None and rollout_correction.bypass_mode:
+        actor = _bypass_actor(actor, rollout_correction)
     policy_loss_fn = get_policy_loss_fn(actor.policy_loss.loss_mode)
     mode = actor.loss_agg_mode
 
@@ -97,6 +104,22 @@ def make_ppo_loss(actor: Any, *, entropy_metric: bool = False) -> LossFn:
     loss_fn.needs_entropy = actor.entropy_coeff != 0  # the engine skips the entropy's graph otherwise
     loss_fn.entropy_metric = entropy_metric  # the engine computes it (without a graph) for the metric
     return loss_fn
+
+
+def _bypass_actor(actor: Any, rollout_correction: Any) -> Any:
+    """``actor`` whose policy loss is ``bypass_mode`` with ``algorithm.rollout_correction``'s settings."""
+    from verl.config.schema.actor import PolicyLossRolloutCorrectionConfig
+
+    corr = PolicyLossRolloutCorrectionConfig(
+        loss_type=rollout_correction.loss_type,
+        rollout_is=rollout_correction.rollout_is,
+        rollout_is_threshold=rollout_correction.rollout_is_threshold,
+        rollout_is_batch_normalize=rollout_correction.rollout_is_batch_normalize,
+        rollout_rs=rollout_correction.rollout_rs,
+        rollout_rs_threshold=rollout_correction.rollout_rs_threshold,
+    )
+    policy_loss = attrs.evolve(actor.policy_loss, loss_mode="bypass_mode", rollout_correction=corr)
+    return attrs.evolve(actor, policy_loss=policy_loss)
 
 
 def make_value_loss(critic: Any) -> LossFn:

@@ -17,9 +17,9 @@ LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean
 class PolicyLossRolloutCorrectionConfig:
     """``policy_loss.rollout_correction``: read by ``loss_mode=bypass_mode`` only (verl ``RolloutCorrectionConfig``).
 
-    Defaults are those of verl's dataclass, which is what verl's actor gets (no YAML sets them).
-    Rejection sampling (``rollout_rs``, ``rollout_rs_threshold``) is not implemented: validation
-    rejects non-null values.
+    Defaults are those of verl's dataclass, which is what verl's actor gets (no YAML sets them). With
+    ``algorithm.rollout_correction.bypass_mode=true`` the loss reads ``algorithm.rollout_correction``
+    instead (verl's ``apply_bypass_mode``), so validation refuses values set here then.
     """
 
     loss_type: Literal["ppo_clip", "reinforce"] = fld(
@@ -34,8 +34,10 @@ class PolicyLossRolloutCorrectionConfig:
     rollout_is_batch_normalize: bool = fld(
         False, doc="rescale w to mean 1 over each micro-batch (of all ranks together when distributed)"
     )
-    rollout_rs: str | None = fld(None, doc="rejection sampling mode; not implemented, must be null")
-    rollout_rs_threshold: float | str | None = fld(None, doc="rejection sampling threshold; must be null")
+    rollout_rs: str | None = fld(
+        None, doc="rejection sampling modes, comma-separated (as algorithm.rollout_correction.rollout_rs); null = none"
+    )
+    rollout_rs_threshold: float | str | None = fld(None, doc="rejection threshold per rollout_rs mode")
 
 
 @attrs.frozen(kw_only=True)

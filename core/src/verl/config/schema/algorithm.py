@@ -25,14 +25,37 @@ class KlCtrlConfig:
 class RolloutCorrectionConfig:
     """Rollout / training policy mismatch handling (verl ``algorithm.rollout_correction``).
 
-    Only ``bypass_mode`` is implemented: verl's importance-sampling and rejection-sampling keys
-    (``rollout_is``, ``rollout_rs``, ...) are not, and are rejected as unknown keys.
+    verl's keys and YAML defaults (``algorithm/rollout_correction.yaml``). Decoupled mode (three policies,
+    ``bypass_mode=false``): after the old_log_prob pass the trainer computes importance weights and the
+    rejection mask from old vs rollout log-probs, stores ``rollout_is_weights`` (every policy loss multiplies
+    by them) and masks ``response_mask``; with ``rollout_is`` or ``rollout_rs`` set the old_log_prob pass
+    always runs. Bypass mode (two policies): the rollout's log-probs are the old policy's and the actor's
+    loss is ``bypass_mode`` reading these keys. See :mod:`verl.algorithms.rollout_correction`.
     """
 
+    rollout_is: Literal["token", "sequence"] | None = fld(
+        None, doc="importance weights pi_old/pi_rollout per token or per sequence; null = none (metrics only)"
+    )
+    rollout_is_threshold: float | str | None = fld(
+        2.0, doc="weights truncated at this upper bound (TIS), or 'lower_upper' zeroes them outside the band (IcePop)"
+    )
+    rollout_is_batch_normalize: bool = fld(False, doc="rescale the weights to mean 1 over the batch")
+    rollout_rs: str | None = fld(
+        None,
+        doc="rejection sampling, comma-separated modes token_k1|k2|k3, seq_sum_k1|k2|k3, seq_mean_k1|k2|k3, "
+        "seq_max_k2|k3 (all must pass); null = none",
+    )
+    rollout_rs_threshold: float | str | None = fld(
+        None, doc="per rollout_rs mode (one shared, or comma-separated): k1 'lower_upper' (or u: 1/u_u), k2/k3 u"
+    )
     bypass_mode: bool = fld(
         False,
         doc="use the rollout's log-probs as the old policy's (needs rollout.calculate_log_probs) and skip "
         "the old_log_prob pass; exact only when the rollout computes log-probs as the trainer does",
+    )
+    loss_type: Literal["ppo_clip", "reinforce"] = fld(
+        "ppo_clip",
+        doc="bypass_mode: ppo_clip = PPO clip with r = pi/pi_rollout; reinforce = -w * A * log pi (no clip)",
     )
 
 
@@ -77,7 +100,7 @@ class AlgorithmConfig:
     kl_penalty: str = fld("kl", doc="KL estimator for the reward penalty: kl|k1|abs|mse|k2|low_var_kl|k3 (+ suffix)")
     kl_ctrl: KlCtrlConfig = section(KlCtrlConfig, doc="in-reward KL coefficient controller")
     rollout_correction: RolloutCorrectionConfig = section(
-        RolloutCorrectionConfig, doc="where the old policy's log-probs come from (bypass_mode)"
+        RolloutCorrectionConfig, doc="importance weights, rejection sampling and bypass mode vs the rollout policy"
     )
     filter_groups: FilterGroupsConfig = section(
         FilterGroupsConfig, doc="DAPO dynamic sampling: drop groups without reward spread, sample more prompts"
