@@ -15,7 +15,8 @@ Errors (all collected, then one :class:`ConfigError`):
 5. algorithm: ``gae`` needs a critic (``critic.enable: false`` is an error); ``grpo_passk``
    needs ``rollout.n`` >= 2; KL estimator names; KL coefficients >= 0; adaptive KL needs
    ``horizon``/``target_kl`` > 0; ``gamma``/``lam`` in [0, 1]; ``clip_ratio_c`` > 1; DAPO's
-   ``filter_groups`` and ``data.gen_batch_size`` (:mod:`verl.config.validate_filter_groups`);
+   ``filter_groups`` and ``data.gen_batch_size`` (:mod:`verl.config.validate_filter_groups`); one-step off-policy
+   ``async_training.*`` (:mod:`verl.config.validate_async`);
 6. optimizer ranges (betas in [0, 1), clip_grad > 0, ratios in [0, 1]);
 7. trainer: ``resume_path`` needs ``resume_from_path``; ``controller: local`` needs world size 1;
    reward model needs a path; positive timeouts and worker counts; rollout placement, mode and
@@ -41,6 +42,7 @@ from verl.config.resolve import resolve_config
 from verl.config.schema import OptimConfig, RootConfig
 from verl.config.validate_agents import check_agents
 from verl.config.validate_algorithm import check_algorithm_keys
+from verl.config.validate_async import check_async_training
 from verl.config.validate_batch import ARR, check_batch_sizes, world_size
 from verl.config.validate_compat import check_compat
 from verl.config.validate_filter_groups import check_filter_groups
@@ -84,6 +86,7 @@ def validate_config(cfg: RootConfig) -> list[str]:
     _check_algorithm(cfg, report)
     check_algorithm_keys(cfg, report)
     check_filter_groups(cfg, report)
+    check_async_training(cfg, report)
     _check_optim(report, f"{ARR}.actor.optim", cfg.actor_rollout_ref.actor.optim)
     if cfg.critic.enable:
         _check_optim(report, "critic.optim", cfg.critic.optim)

@@ -157,6 +157,23 @@ class WorkerGroup(abc.ABC):
             setattr(self, name, self._make_method(name, attrs))
             self._method_attrs[name] = attrs
 
+    def call_async(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerFuture:
+        """Call the ``@register``-ed method ``method_name`` without waiting, whatever its ``blocking`` flag.
+
+        Dispatch and collection are the method's own; the returned :class:`WorkerFuture` yields what the
+        blocking call would have returned (the one-step off-policy trainer starts the next step's generation
+        with it and trains meanwhile). The in-process group runs the call before returning.
+
+        Raises:
+            AttributeError: the worker class has no ``@register``-ed method of that name.
+        """
+        attrs = self._method_attrs.get(method_name)
+        if attrs is None:
+            raise AttributeError(
+                f"{self.worker_class_name} has no @register-ed method {method_name!r}; known: {self.method_names}"
+            )
+        return self._make_method(method_name, {**attrs, "blocking": False})(*args, **kwargs)
+
     def _make_method(self, name: str, attrs: dict) -> Callable[..., Any]:
         dispatch_fn, collect_fn = resolve_dispatch_mode(attrs["dispatch_mode"])
         rank_zero = attrs["execute_mode"] is Execute.RANK_ZERO

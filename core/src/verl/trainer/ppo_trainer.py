@@ -24,6 +24,7 @@ from verl.trainer.placement import build_worker_groups, init_weight_sync_group, 
 from verl.trainer.step import PROMPT_KEYS, StepStages
 from verl.trainer.switching import ModeSwitcher
 from verl.trainer.validation_loop import ValidationLoop
+from verl.workers.switching import reduce_rank_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class PPOTrainer(StepStages, ValidationLoop):
         self.validation_history: list[dict[str, Any]] = []
         self.nonfinite_guard = NonFiniteStepGuard(config.trainer.max_nonfinite_steps)
         self.set_aside: list[tuple[Path, Path]] = []  # an earlier run's outputs renamed by init()
+        self.off_policy: Any = None  # the one-step off-policy pipeline (async_training.staleness_threshold=1)
 
     # ------------------------------------------------------------------ set-up
 
@@ -145,6 +147,10 @@ class PPOTrainer(StepStages, ValidationLoop):
         self.use_reference_policy = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
         self._build_critic_and_rm()
         self.switcher = ModeSwitcher(self.actor_rollout_wg, self.rollout_wg, self.critic_wg)
+        if cfg.async_training.staleness_threshold > 0:
+            from verl.trainer.off_policy import OneStepOffPolicy
+
+            self.off_policy = OneStepOffPolicy(self.actor_rollout_wg, self.rollout_wg)
         # Stateless between calls, so training and validation share one manager (and its thread pool).
         self.reward_fn = self.val_reward_fn = self._build_reward_manager()
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl) if cfg.algorithm.use_kl_in_reward else None
@@ -244,7 +250,9 @@ class PPOTrainer(StepStages, ValidationLoop):
             "rng": capture_rng_state(self.platform),
             "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
         }
-        loader_state = self.train_dataloader.state_dict()
+        # One-step off-policy read the next step's batch already: store the state from before that read.
+        pending_state = None if self.off_policy is None else self.off_policy.loader_state
+        loader_state = self.train_dataloader.state_dict() if pending_state is None else pending_state
         parts = {
             "actor": lambda path: self.actor_rollout_wg.save_checkpoint(str(path)),
             "data.pt": lambda path: torch.save(loader_state, path),
@@ -299,8 +307,11 @@ class PPOTrainer(StepStages, ValidationLoop):
             self.already_finished = True
             return {}
         self.tracking.rewind(self.global_steps)
-        # Generation comes first: the training engines leave the devices to the (awake) rollout.
-        self.switcher.enter_generation()
+        if self.off_policy is None:
+            # Generation comes first: the training engines leave the devices to the (awake) rollout.
+            self.switcher.enter_generation()
+        else:  # the standalone pool holds the loaded (or initial) weights; nothing switches devices
+            self.off_policy.rollout_version = self.global_steps
         if cfg.val_before_train and self.global_steps == 0:
             val = self.validate()
             if val:
@@ -310,10 +321,13 @@ class PPOTrainer(StepStages, ValidationLoop):
         batches = endless_batches(self.train_dataloader)
         try:
             while self.global_steps < self.total_training_steps:
-                metrics = self.train_step(next(batches), batches)
+                # One-step off-policy reads its batches from the iterator itself, one step ahead.
+                metrics = self.train_step(None if self.off_policy else next(batches), batches)
                 last = self.global_steps >= self.total_training_steps
                 if cfg.test_freq > 0 and (self.global_steps % cfg.test_freq == 0 or last):
                     with marked_timer("testing", timing := {}):
+                        if self.off_policy is not None:  # validate the updated weights, not the rollout's older ones
+                            metrics.update(reduce_rank_metrics(self.off_policy.sync(self.global_steps)))
                         metrics.update(self.validate())
                     metrics["timing_s/testing"] = timing["testing"]
                 self.tracking.log(metrics, step=self.global_steps)

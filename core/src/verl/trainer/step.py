@@ -4,7 +4,9 @@
         -> [update_critic] -> update_actor -> [save_checkpoint] -> wake_up -> update_weights -> offload -> wake_up
 
 With ``algorithm.filter_groups.enable`` (DAPO), ``gen`` through ``reward`` repeat over generation rounds until
-enough prompt groups have reward spread (:mod:`verl.trainer.dynamic_sampling`).
+enough prompt groups have reward spread (:mod:`verl.trainer.dynamic_sampling`). With
+``async_training.staleness_threshold=1`` ``gen`` waits for the batch generated during the previous step, the
+weights sync and the next batch's generation starts before the training stages (:mod:`verl.trainer.off_policy`).
 
 Each stage runs in :meth:`StepStages.stage`, which fires the test-only fault injection point of that name
 (:mod:`verl.trainer.faults`) and times it as ``timing_s/<stage>`` (verl's ``marked_timer``). ``values`` /
@@ -52,8 +54,13 @@ class StepStages(DynamicSampling):
     def stage(self, name: str) -> Iterator[None]:
         """Run one stage of the step in flight: its fault injection point, then its timer ``timing_s/<name>``."""
         faults.check(name, self._step_in_flight)
+        pipe = getattr(self, "off_policy", None)
+        if pipe is not None:  # the event log that shows generation overlapping the training stages
+            pipe.record(f"{name}_start", self._step_in_flight)
         with marked_timer(name, self._timing):
             yield
+        if pipe is not None:
+            pipe.record(f"{name}_end", self._step_in_flight)
 
     def train_step(self, batch: Any, more_batches: Iterator[Any] | None = None) -> dict[str, Any]:
         """Run one RL step on a batch of prompts; returns the step's metrics.
@@ -71,6 +78,10 @@ class StepStages(DynamicSampling):
                 batch = self._filtered_rollout(batch, more_batches, metrics)
                 # The in-reward KL needed the old and reference log-probs in every round, before filtering.
                 batch = self._log_probs(batch, metrics, policy=not algo.use_kl_in_reward)
+            elif self.off_policy is not None:  # async_training.staleness_threshold=1 (verl.trainer.off_policy)
+                batch, n = self._off_policy_rollout(more_batches, metrics)
+                batch = self._score(batch, None, n, metrics)
+                batch = self._log_probs(batch, metrics)
             else:
                 batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
                 batch, n, baselines = self._generate(batch, metrics)
@@ -84,7 +95,8 @@ class StepStages(DynamicSampling):
             if self._should_save():
                 with self.stage("save_checkpoint"):
                     self.save_checkpoint()
-            metrics.update(self.switcher.to_generation(self.stage))
+            if self.off_policy is None:  # off-policy: the weights go at the next step's start (or validation)
+                metrics.update(self.switcher.to_generation(self.stage))
         if self.config.trainer.rollout_data_dir:
             self._dump_rollouts(batch)
         metrics.update(step_memory_metrics(metrics))
@@ -117,6 +129,11 @@ class StepStages(DynamicSampling):
         if cfg.algorithm.adv_estimator == "remax":
             with self.stage("gen_max"):
                 baselines = self._greedy_baseline(batch)
+        return self._finish_generation(batch, gen_out, n, metrics, balance=balance), n, baselines
+
+    def _finish_generation(self, batch: Any, gen_out: Any, n: int, metrics: dict[str, Any], *, balance: bool) -> Any:
+        """The rollout output joined to the repeated prompt rows, balanced over DP ranks (``balance``)."""
+        cfg = self.config
         batch = self._join_rollout(batch, gen_out, n)
         if balance and cfg.trainer.balance_batch and self.world_size > 1:
             from verl.trainer.balance import balance_batch
@@ -126,7 +143,41 @@ class StepStages(DynamicSampling):
         rollout_cfg = cfg.actor_rollout_ref.rollout
         batch.meta_info["temperature"] = rollout_cfg.temperature if rollout_cfg.do_sample else 1.0
         batch.meta_info.pop("timing", None)
-        return batch, n, baselines
+        return batch
+
+    def _off_policy_rollout(self, more_batches: Iterator[Any] | None, metrics: dict[str, Any]) -> tuple[Any, int]:
+        """``gen`` of a one-step off-policy step: take the batch in flight, sync, start the next one.
+
+        The schedule, staleness columns and resume behaviour are :mod:`verl.trainer.off_policy`'s. Returns
+        ``(joined batch, n)``.
+        """
+        from verl.trainer.off_policy import staleness_columns
+        from verl.workers.switching import reduce_rank_metrics
+
+        if more_batches is None:
+            raise ValueError("one-step off-policy reads its batches itself: pass the loader iterator")
+        pipe = self.off_policy
+        step = self._step_in_flight
+        if pipe.pending is None:  # the first step of this process: nothing was generated ahead
+            self._launch_generation(next(more_batches), step)
+        with self.stage("gen"):
+            pending, gen_out = pipe.take()
+        if pipe.rollout_version != self.global_steps:
+            with self.stage("update_weights"):
+                metrics.update(reduce_rank_metrics(pipe.sync(self.global_steps)))
+        if step < self.total_training_steps:
+            pipe.loader_state = self.train_dataloader.state_dict()  # what this step's checkpoint stores
+            self._launch_generation(next(more_batches), step + 1)
+        batch = self._finish_generation(pending.batch, gen_out, pending.n, metrics, balance=True)
+        metrics.update(staleness_columns(batch, pending.weight_version, self.global_steps))
+        return batch, pending.n
+
+    def _launch_generation(self, batch: Any, step: int) -> None:
+        """Start generating ``batch`` for training step ``step`` (seeded as the synchronous loop seeds it)."""
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        with self.stage("gen_launch"):
+            gen_batch, n = self._gen_batch(batch, validate=False, step=step - 1)
+            self.off_policy.launch(batch, gen_batch, n, step)
 
     def _score(self, batch: Any, baselines: Any, n: int, metrics: dict[str, Any]) -> Any:
         """``rm`` (reward model) and ``reward`` (rule scorers, combined per ``reward_model.combine``)."""
@@ -256,8 +307,11 @@ class StepStages(DynamicSampling):
 
     # ------------------------------------------------------------------ helpers
 
-    def _gen_batch(self, batch: Any, *, validate: bool, round_index: int = 0) -> Any:
+    def _gen_batch(self, batch: Any, *, validate: bool, round_index: int = 0, step: int | None = None) -> Any:
+        """The repeated prompt rows sent to the rollout, seeded from ``(rollout.seed, step)``; ``step`` defaults
+        to ``global_steps`` (the steps done before the one this batch trains)."""
         rollout = self.config.actor_rollout_ref.rollout
+        step = self.global_steps if step is None else step
         # Agent loops read the rows' other columns (raw_prompt, agent_name, tools_kwargs, extra_info, ...).
         columns = list(batch.non_tensor_batch.keys()) if rollout.mode == "async" else []
         gen = batch.select(batch_keys=list(PROMPT_KEYS), non_tensor_batch_keys=columns)
@@ -266,13 +320,13 @@ class StepStages(DynamicSampling):
         # Seeding each call from (seed, step) makes a resumed run sample exactly what an uninterrupted
         # run samples, without saving the sampler's RNG state; one seed per row (for engines that
         # honour `sample_seed`) makes the samples independent of how rows are split over DP ranks.
-        seed = int(rollout.seed) * 1_000_003 + self.global_steps * 2 + int(validate) + round_index * ROUND_SEED_STRIDE
+        seed = int(rollout.seed) * 1_000_003 + step * 2 + int(validate) + round_index * ROUND_SEED_STRIDE
         gen.batch["sample_seed"] = seed * 100_003 + torch.arange(len(gen), dtype=torch.int64)
         gen.meta_info.update(
             {
                 "validate": validate,
                 "do_sample": rollout.val_kwargs.do_sample if validate else rollout.do_sample,
-                "global_steps": self.global_steps,
+                "global_steps": step,
                 "seed": seed,
             }
         )
@@ -333,13 +387,17 @@ class StepStages(DynamicSampling):
           ``actor/entropy`` then comes from the update's forward (the same values). Not with
           ``rollout_correction.rollout_is`` / ``rollout_rs`` set: the trainer compares the old policy with
           the rollout's before the update (:meth:`_rollout_correction`), so the pass runs.
-        * ``recompute``: a separate ``old_log_prob`` forward pass before the update (verl's default path).
+        * ``recompute``: a separate ``old_log_prob`` forward pass before the update (verl's default path); always
+          with ``async_training.staleness_threshold`` > 0 (the rollout sampled with older weights than the actor's,
+          so the update's forward is not the behaviour policy; :mod:`verl.trainer.off_policy`).
         """
         cfg = self.config
         actor = cfg.actor_rollout_ref.actor
         corr = cfg.algorithm.rollout_correction
         if corr.bypass_mode:
             return "rollout"
+        if cfg.async_training.staleness_threshold > 0:  # the rollout's policy is older than the actor's
+            return "recompute"
         one_step = actor.ppo_epochs == 1 and actor.ppo_mini_batch_size >= cfg.data.train_batch_size
         corrected = corr.rollout_is is not None or corr.rollout_rs is not None
         if actor.reuse_on_policy_log_prob and one_step and not cfg.algorithm.use_kl_in_reward and not corrected:

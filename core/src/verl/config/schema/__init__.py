@@ -2,6 +2,7 @@
 
 from verl.config.schema.actor import ActorConfig, LossAggMode, PolicyLossConfig, RefConfig
 from verl.config.schema.algorithm import AlgorithmConfig, FilterGroupsConfig, KlCtrlConfig
+from verl.config.schema.async_training import AsyncTrainingConfig
 from verl.config.schema.critic import CriticConfig
 from verl.config.schema.data import DataConfig
 from verl.config.schema.model import CriticModelConfig, ModelConfig
@@ -21,6 +22,7 @@ __all__ = [
     "ActorConfig",
     "ActorRolloutRefConfig",
     "AlgorithmConfig",
+    "AsyncTrainingConfig",
     "CheckpointConfig",
     "AgentLoopConfig",
     "CheckpointEngineConfig",

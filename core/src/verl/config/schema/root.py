@@ -9,6 +9,7 @@ import attrs
 from verl.config.schema._fields import fld, section
 from verl.config.schema.actor import ActorConfig, RefConfig
 from verl.config.schema.algorithm import AlgorithmConfig
+from verl.config.schema.async_training import AsyncTrainingConfig
 from verl.config.schema.critic import CriticConfig
 from verl.config.schema.data import DataConfig
 from verl.config.schema.model import ModelConfig
@@ -61,3 +62,6 @@ class RootConfig:
     trainer: TrainerConfig = section(TrainerConfig, doc="loop, logging, checkpoints, placement")
     ray_kwargs: RayKwargsConfig = section(RayKwargsConfig, doc="Ray options")
     model_engine: ModelEngine = fld("dp", doc="engine family: dp (fsdp/reference)|megatron|veomni|torchtitan")
+    async_training: AsyncTrainingConfig = section(
+        AsyncTrainingConfig, doc="one-step off-policy training (staleness_threshold)"
+    )
