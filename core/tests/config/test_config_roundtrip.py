@@ -84,6 +84,7 @@ def test_to_dict_is_plain_data() -> None:
         "trainer",
         "ray_kwargs",
         "model_engine",
+        "async_training",
     ]
 
 

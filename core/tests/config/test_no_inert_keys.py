@@ -52,6 +52,9 @@ VALIDATED_ONLY: dict[str, str] = {
         "verl's marker of a multi-turn run (its trainer only copies it into meta_info); config/validate_agents.py "
         "refuses it with mode=sync, where no agent loop would read the multi-turn keys"
     ),
+    "async_training.trigger_parameter_sync_step": (
+        "a weight sync every step is the only schedule built; config/validate_async.py refuses any other value"
+    ),
     "actor_rollout_ref.actor.optim.total_training_steps": _TOTAL_STEPS,
     "critic.optim.total_training_steps": _TOTAL_STEPS,
     "actor_rollout_ref.actor.checkpoint.save_contents": _CONTENTS,

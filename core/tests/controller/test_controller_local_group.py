@@ -224,3 +224,14 @@ def test_non_worker_classes_can_be_grouped():
             return "pong"
 
     assert LocalWorkerGroup(ClassWithInitArgs(Plain), world_size=2).ping() == ["pong", "pong"]
+
+
+def test_call_async_returns_a_future_of_what_the_blocking_call_returns():
+    group = make(2)
+    future = group.call_async("add", 3)  # a blocking method, called without waiting
+    assert isinstance(future, WorkerFuture)
+    assert future.get() == [8, 108]  # start 5 + 3 on each rank, + 100 * rank
+    assert group.add(1) == [9, 109]  # the call ran once: state moved on by 3, then by 1
+    assert group.call_async("add_later", 1).get() == [10, 110]  # a non-blocking one: the same future
+    with pytest.raises(AttributeError, match=r"no @register-ed method 'nope'.*'add'"):
+        group.call_async("nope")
