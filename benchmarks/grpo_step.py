@@ -1,6 +1,7 @@
 """One GRPO training step, side by side: our ``verl train`` (``hf`` and ``vllm`` rollout) vs TRL's ``GRPOTrainer``.
 
     /work/venv-vllm/bin/python benchmarks/grpo_step.py --steps 4 --reps 3 --json grpo_step.json --md grpo_step.md
+    python benchmarks/grpo_step.py --async --steps 4 --reps 2   # sync vs one-step off-policy (grpo_async.py)
 
 Settings, equal on both sides (each is set explicitly, not left to a default):
 
@@ -74,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import grpo_async  # noqa: E402
 from common import (  # noqa: E402
     MODEL,
     REPO,
@@ -203,7 +205,10 @@ def prepare_data(work: Path, n_prompts: int, max_prompt_length: int = 256) -> di
 
 
 def our_overrides(side: str, data: dict[str, Any], args: argparse.Namespace, cwd: Path) -> list[str]:
-    """``key=value`` overrides on top of the example config for one of our runs."""
+    """``key=value`` overrides on top of the example config for one of our runs (``--async``: the ``sync`` and
+    ``one-step`` sides of :mod:`grpo_async`, with the ``hf`` rollout)."""
+    extra = grpo_async.side_overrides(side) if side in grpo_async.SIDES else []
+    engine = "hf" if extra else side.removeprefix("ours-")
     return [
         f"data.train_files=[{data['parquet']}]",
         "data.val_files=null",
@@ -234,7 +239,7 @@ def our_overrides(side: str, data: dict[str, Any], args: argparse.Namespace, cwd
         "actor_rollout_ref.actor.optim.betas=[0.9,0.999]",
         "actor_rollout_ref.actor.optim.weight_decay=0.01",
         "actor_rollout_ref.actor.optim.clip_grad=1.0",
-        f"actor_rollout_ref.rollout.name={side.removeprefix('ours-')}",
+        f"actor_rollout_ref.rollout.name={engine}",
         f"actor_rollout_ref.rollout.n={SAMPLES}",
         "actor_rollout_ref.rollout.temperature=0.7",
         "actor_rollout_ref.rollout.top_p=1.0",
@@ -256,6 +261,7 @@ def our_overrides(side: str, data: dict[str, Any], args: argparse.Namespace, cwd
         "trainer.resume_mode=disable",
         f"trainer.default_local_dir={cwd / 'checkpoints'}",
         "trainer.device=cpu",
+        *extra,
     ]
 
 
@@ -643,9 +649,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=None, help="keep run folders here (default: a temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="write every measurement here")
     parser.add_argument("--md", type=Path, default=None, help="write the markdown tables here")
+    parser.add_argument(
+        "--async",
+        dest="async_mode",
+        action="store_true",
+        help="instead of the sides: the synchronous loop vs one-step off-policy (async_training.staleness_threshold"
+        "=1) on a standalone rollout pool, alternating reps (benchmarks/grpo_async.py)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the first step is warm-up)")
+    if args.async_mode:
+        args.sides = list(grpo_async.SIDES)
 
     import torch
 
@@ -695,11 +710,11 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {**SETTINGS, "max_new_tokens": args.max_new_tokens},
         "data": {k: (str(v) if isinstance(v, Path) else v) for k, v in data.items()},
         "work_dir": str(work),
-        "summary": summarize(runs, args.sides),
+        "summary": grpo_async.summarize(runs) if args.async_mode else summarize(runs, args.sides),
         "runs": runs,
-        "not_equal": not_equal(runs, versions),
+        "not_equal": [] if args.async_mode else not_equal(runs, versions),
     }
-    write_results(result, markdown(result), args.json, args.md)
+    write_results(result, grpo_async.markdown(result) if args.async_mode else markdown(result), args.json, args.md)
     if args.work_dir is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if all(r["returncode"] == 0 for r in runs) else 1
