@@ -25,6 +25,11 @@ import platform
 from pathlib import Path
 
 
+def _is_val_key(key: str) -> bool:
+    """The validation columns: verl's core metric, and the mean reward (format credit included) beside it."""
+    return key.startswith("val-core/") or (key.startswith("val-aux/") and key.endswith("/reward/mean@1"))
+
+
 def load_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
@@ -233,10 +238,10 @@ def main() -> None:
         "",
         "## Validation (greedy)",
         "",
-        "| step | " + " | ".join(sorted({k for r in vals for k in r if k.startswith("val-core/")})) + " |",
-        "|---|" + "---|" * len({k for r in vals for k in r if k.startswith("val-core/")}),
+        "| step | " + " | ".join(sorted({k for r in vals for k in r if _is_val_key(k)})) + " |",
+        "|---|" + "---|" * len({k for r in vals for k in r if _is_val_key(k)}),
     ]
-    val_keys = sorted({k for r in vals for k in r if k.startswith("val-core/")})
+    val_keys = sorted({k for r in vals for k in r if _is_val_key(k)})
     for r in vals:
         lines.append(f"| {r['step']} | " + " | ".join(f"{r.get(k, float('nan')):.4f}" for k in val_keys) + " |")
     val_dir = args.run_dir / "validation"
@@ -244,7 +249,7 @@ def main() -> None:
         lines += [
             "",
             "From the greedy validation dumps (`validation/<step>.jsonl`): exact answers (score 1) and answers",
-            "in the asked `#### <number>` format (score > 0; the metric above gives 0.1 for a formatted wrong answer).",
+            "in the asked `#### <number>` format (score > 0: exact, or wrong with the 0.1 format credit).",
             "",
             "| step | exact-answer accuracy | formatted answers | mean response chars |",
             "|---|---|---|---|",
