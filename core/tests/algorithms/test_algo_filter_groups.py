@@ -70,6 +70,13 @@ def test_a_non_number_names_the_row(bad):
         group_metric_values(batch, "pred")
 
 
+@pytest.mark.parametrize("metric", ["seq_reward", "seq_final_reward"])
+def test_a_non_finite_sequence_sum_names_the_rows(metric):
+    batch = scored(["a", "a", "b"], [1.0, float("nan"), float("inf")])
+    with pytest.raises(DynamicSamplingError, match=rf"'{metric}': rows \[1, 2\] sum token_level_\w+ to a non-finite"):
+        group_metric_values(batch, metric)
+
+
 def test_rounds_accumulate_until_enough_groups_then_cut_to_exactly_train_batch_size():
     groups = GroupFilter("seq_reward", train_batch_size=3)
     # Round 1: g1 varies, g2 constant, g3 varies -> 2 kept.

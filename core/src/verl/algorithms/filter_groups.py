@@ -64,7 +64,15 @@ def group_metric_values(batch: Any, metric: str) -> np.ndarray:
         key = SEQUENCE_METRICS[metric]
         if tensors is None or key not in tensors.keys():
             raise DynamicSamplingError(f"{METRIC_KEY}={metric!r} sums batch[{key!r}], which this batch lacks")
-        return tensors[key].detach().sum(-1).double().cpu().numpy()
+        sums = tensors[key].detach().sum(-1).double().cpu().numpy()
+        bad = np.flatnonzero(~np.isfinite(sums))
+        if bad.size:
+            # verl's np.std > 0 drops a group holding NaN by accident; refuse instead of guessing.
+            raise DynamicSamplingError(
+                f"{METRIC_KEY}={metric!r}: rows {bad[:8].tolist()} sum {key} to a non-finite value; every "
+                "response needs a finite reward"
+            )
+        return sums
     non_tensor: Mapping[str, Any] = batch.non_tensor_batch
     for name in (metric, f"{REWARD_EXTRA_PREFIX}{metric}"):
         if name in non_tensor:
