@@ -388,15 +388,17 @@ class StepStages(DynamicSampling):
           ``rollout_correction.rollout_is`` / ``rollout_rs`` set: the trainer compares the old policy with
           the rollout's before the update (:meth:`_rollout_correction`), so the pass runs.
         * ``recompute``: a separate ``old_log_prob`` forward pass before the update (verl's default path); always
-          with ``async_training.staleness_threshold`` > 0 (the rollout sampled with older weights than the actor's,
-          so the update's forward is not the behaviour policy; :mod:`verl.trainer.off_policy`).
+          with ``async_training.staleness_threshold`` > 0: the ratio would still be 1 without it (one epoch, one
+          mini-batch: the update's forward has the old policy's weights), but the pass gives the driver the
+          actor's log-probs to compare with the one-step-older rollout's (``rollout_corr/*``: how stale the
+          samples are) at the cost of one forward per step (:mod:`verl.trainer.off_policy`).
         """
         cfg = self.config
         actor = cfg.actor_rollout_ref.actor
         corr = cfg.algorithm.rollout_correction
         if corr.bypass_mode:
             return "rollout"
-        if cfg.async_training.staleness_threshold > 0:  # the rollout's policy is older than the actor's
+        if cfg.async_training.staleness_threshold > 0:  # for the stale-vs-current diagnostics (docstring)
             return "recompute"
         one_step = actor.ppo_epochs == 1 and actor.ppo_mini_batch_size >= cfg.data.train_batch_size
         corrected = corr.rollout_is is not None or corr.rollout_rs is not None
