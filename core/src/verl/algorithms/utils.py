@@ -67,7 +67,7 @@ def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
-    """Σ values·mask / Σ mask; 0 where the mask is empty (verl gives NaN there).
+    """Σ values·mask / Σ mask; 0 where the mask is empty (verl adds 1e-8 to the count: 0 there too, a 1e-8 bias elsewhere).
 
     Shapes as :func:`masked_sum`. Returns ``values.dtype``. Raises ValueError on a shape mismatch.
 
