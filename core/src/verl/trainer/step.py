@@ -387,19 +387,23 @@ class StepStages(DynamicSampling):
           ``actor/entropy`` then comes from the update's forward (the same values). Not with
           ``rollout_correction.rollout_is`` / ``rollout_rs`` set: the trainer compares the old policy with
           the rollout's before the update (:meth:`_rollout_correction`), so the pass runs.
-        * ``recompute``: a separate ``old_log_prob`` forward pass before the update (verl's default path); always
-          with ``async_training.staleness_threshold`` > 0: the ratio would still be 1 without it (one epoch, one
-          mini-batch: the update's forward has the old policy's weights), but the pass gives the driver the
-          actor's log-probs to compare with the one-step-older rollout's (``rollout_corr/*``: how stale the
-          samples are) at the cost of one forward per step (:mod:`verl.trainer.off_policy`).
+        * ``recompute``: a separate ``old_log_prob`` forward pass before the update (verl's default path).
+
+        One-step off-policy (``async_training.staleness_threshold=1``, :mod:`verl.trainer.off_policy`) follows
+        the same rule: the old policy PPO needs is the actor before this step's update, not the one-step-older
+        policy that sampled the batch, and the update's own forward has exactly those weights, so ``on_policy``
+        gives the same update as ``recompute`` (ratio 1 either way). verl's one-step trainer likewise takes its
+        log-prob stage unchanged from the synchronous one (``SeparateRayPPOTrainer._fit_compute_log_prob``:
+        recompute unless bypass mode; its recipe config turns ``bypass_mode`` on, the ``rollout`` source here,
+        where the key keeps its default, off). What ``on_policy`` gives up is the stale-vs-current comparison on the
+        driver (``rollout_corr/*``, logged only with a recomputed old policy); set
+        ``actor.reuse_on_policy_log_prob=false`` to keep it at the cost of one forward per step.
         """
         cfg = self.config
         actor = cfg.actor_rollout_ref.actor
         corr = cfg.algorithm.rollout_correction
         if corr.bypass_mode:
             return "rollout"
-        if cfg.async_training.staleness_threshold > 0:  # for the stale-vs-current diagnostics (docstring)
-            return "recompute"
         one_step = actor.ppo_epochs == 1 and actor.ppo_mini_batch_size >= cfg.data.train_batch_size
         corrected = corr.rollout_is is not None or corr.rollout_rs is not None
         if actor.reuse_on_policy_log_prob and one_step and not cfg.algorithm.use_kl_in_reward and not corrected:
