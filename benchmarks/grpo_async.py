@@ -3,9 +3,9 @@
 Both sides run our ``verl train`` with the ``hf`` rollout on a standalone Ray rollout pool (one actor worker,
 one rollout worker: ``actor_rollout_ref.rollout.nnodes=1``, ``n_gpus_per_node=1``, ``checkpoint_engine.backend=
 broadcast``) and the settings of ``grpo_step.py``; they differ only in ``async_training.staleness_threshold``
-(0: ``sync``, 1: ``one-step``). With staleness 1 the trainer also always runs the ``old_log_prob`` pass (the
-rollout's policy is one step older than the actor's), which the synchronous side skips through
-``actor.reuse_on_policy_log_prob``; that pass is counted in the ``one-step`` step.
+(0: ``sync``, 1: ``one-step``). Both follow the same ``old_log_prob`` rule: at ``grpo_step.py``'s one epoch and
+one mini-batch, both skip the pass through ``actor.reuse_on_policy_log_prob`` (before issue #20 staleness 1
+always ran it; a run that does is counted in its ``one-step`` step and added to the plan below).
 
 The planned figure comes from the ``sync`` side's stage medians (``docs/async.md``): generation overlaps every
 other stage of the step, so a step takes about ``max(gen, train) + update_weights`` instead of
