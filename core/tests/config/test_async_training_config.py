@@ -70,16 +70,34 @@ def test_filter_groups_and_remax_are_refused_with_the_reason() -> None:
     assert "greedy-baseline pass" in remax["async_training.staleness_threshold"]
 
 
-def test_staleness_one_always_recomputes_the_old_log_probs() -> None:
+ONE_UPDATE = [*STANDALONE, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
+AC = "algorithm.rollout_correction"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ([], "on_policy"),  # one epoch, one mini-batch: the update's own forward is the old policy's
+        (["actor_rollout_ref.actor.reuse_on_policy_log_prob=false"], "recompute"),
+        (
+            ["actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"],
+            "recompute",
+        ),
+        (["actor_rollout_ref.actor.ppo_epochs=2"], "recompute"),
+        (["algorithm.use_kl_in_reward=true"], "recompute"),  # the in-reward KL reads them before the update
+        ([f"{AC}.rollout_is=token"], "recompute"),  # compares the old policy with the stale rollout's
+        ([f"{AC}.rollout_rs=token_k1", f"{AC}.rollout_rs_threshold=0.5_2.0"], "recompute"),
+        ([f"{AC}.bypass_mode=true"], "rollout"),
+    ],
+)
+def test_staleness_one_takes_the_old_log_probs_as_the_synchronous_loop(extra: list[str], expected: str) -> None:
     from verl.trainer.step import StepStages
 
     class Probe(StepStages):
         def __init__(self, cfg) -> None:
             self.config = cfg
 
-    one_update = [*STANDALONE, "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
-    on_policy = load_config(overrides=one_update)
-    stale = load_config(overrides=[*one_update, "async_training.staleness_threshold=1"])
-    # The same batch sizes: the synchronous loop reuses the update's forward, the stale rollout cannot.
-    assert Probe(on_policy).old_log_prob_source() == "on_policy"
-    assert Probe(stale).old_log_prob_source() == "recompute"
+    sync = Probe(load_config(overrides=[*ONE_UPDATE, *extra])).old_log_prob_source()
+    stale = Probe(load_config(overrides=[*ONE_UPDATE, *extra, "async_training.staleness_threshold=1"]))
+    assert sync == expected
+    assert stale.old_log_prob_source() == expected
