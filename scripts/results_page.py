@@ -14,6 +14,12 @@ difference, ``SE = sqrt(var_first / n_first + var_last / n_last)`` over per-samp
 ``--compare-page`` compares with an earlier results page when its run directory is gone: the score and
 ``step_s`` columns of its "Per step" table. Runs with agent loops (``rollout.mode=async``) get an "Agent
 loop" section from the ``num_turns/*`` and ``tool/*`` metrics.
+
+Runs with DAPO's dynamic sampling (``algorithm.filter_groups.enable``) train on selected groups only, so their
+``critic/score/mean`` (and the rollout dump) overstate what the policy produces. When the filter metric is the
+score (``score`` or ``seq_reward``), the learning test and the comparison use
+``train/filter_groups/metric_mean`` instead, the score of every response the step generated before the filter
+(per-step means), and a "Dynamic sampling" section lists rounds and group counts per step.
 """
 
 from __future__ import annotations
@@ -102,6 +108,66 @@ def agent_section(run_dir: Path, steps: list[dict]) -> list[str]:
     return lines
 
 
+FILTER_KEYS = (
+    "train/num_gen_batches",
+    "train/filter_groups/kept",
+    "train/filter_groups/dropped",
+    "train/filter_groups/surplus",
+)
+
+
+def unfiltered_steps(steps: list[dict], config: str) -> list[dict] | None:
+    """The steps with ``critic/score/mean`` = the score before DAPO's filter, or None when not applicable.
+
+    Applies when the run filtered groups on the score itself (``metric: score`` or ``seq_reward`` in its
+    config.yaml) and logged ``train/filter_groups/metric_mean``; the trained batch's score is kept as
+    ``trained_score``.
+    """
+    import yaml
+
+    fg = (yaml.safe_load(config).get("algorithm") or {}).get("filter_groups") or {}
+    if not fg.get("enable") or fg.get("metric") not in ("score", "seq_reward"):
+        return None
+    if "train/filter_groups/metric_mean" not in steps[0]:
+        return None
+    return [
+        {**r, "trained_score": r["critic/score/mean"], "critic/score/mean": r["train/filter_groups/metric_mean"]}
+        for r in steps
+    ]
+
+
+def filter_section(steps: list[dict], gen_batch_size: int, n: int) -> list[str]:
+    """Markdown: per-step generation rounds, group counts and the score before / after the filter."""
+    lines = [
+        "",
+        "## Dynamic sampling",
+        "",
+        f"Per step: generation rounds of {gen_batch_size} prompts x {n} samples, groups kept (score spread) and "
+        "dropped (all samples scored the same) over the rounds, kept groups cut away (surplus); the score of every "
+        "generated sample, of the first round's only, and of the trained (kept) groups.",
+        "",
+        "| step | rounds | kept | dropped | surplus | score, all generated | first round | trained groups | gen_s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in steps:
+        counts = " | ".join(f"{r[k]:g}" for k in FILTER_KEYS)
+        lines.append(
+            f"| {r['step']} | {counts} | {r['critic/score/mean']:.3f} | "
+            f"{r['train/filter_groups/metric_mean_first_round']:.3f} | {r['trained_score']:.3f} | "
+            f"{r['timing_s/gen']:.1f} |"
+        )
+    rounds = [r["train/num_gen_batches"] for r in steps]
+    kept = sum(r["train/filter_groups/kept"] for r in steps)
+    dropped = sum(r["train/filter_groups/dropped"] for r in steps)
+    lines += [
+        "",
+        f"Over the run: {sum(rounds)} rounds for {len(steps)} steps (mean {sum(rounds) / len(steps):.2f}, "
+        f"max {max(rounds)}); {kept} of {kept + dropped} generated groups had a spread "
+        f"({kept / max(1, kept + dropped):.1%}).",
+    ]
+    return lines
+
+
 def mean_var(values: list[float]) -> tuple[float, float]:
     n = len(values)
     mean = sum(values) / n
@@ -109,13 +175,17 @@ def mean_var(values: list[float]) -> tuple[float, float]:
     return mean, var
 
 
-def learning_test(run_dir: Path, steps: list[dict]) -> dict:
-    """First vs last quarter of steps: means, standard error of the difference, verdict."""
+def learning_test(run_dir: Path, steps: list[dict], *, use_dump: bool = True) -> dict:
+    """First vs last quarter of steps: means, standard error of the difference, verdict.
+
+    ``use_dump=False``: per-step means of ``critic/score/mean`` even when a sample dump exists (a filtered run's
+    dump holds the selected groups only).
+    """
     q = max(1, len(steps) // 4)
     first, last = steps[:q], steps[-q:]
 
     def pool(rows: list[dict]) -> tuple[list[float], str]:
-        per_sample = [sample_scores(run_dir, r["step"]) for r in rows]
+        per_sample = [sample_scores(run_dir, r["step"]) if use_dump else None for r in rows]
         if all(s is not None for s in per_sample):
             return [x for s in per_sample for x in s], "samples"
         return [r["critic/score/mean"] for r in rows], "step means"
@@ -153,9 +223,11 @@ def plot(
     save_figure(fig, out_png)
 
 
-def comparison(run_dir: Path, steps: list[dict], other_dir: Path, other: list[dict], label: str) -> list[str]:
+def comparison(
+    run_dir: Path, steps: list[dict], other_dir: Path, other: list[dict], label: str, *, use_dump: bool = True
+) -> list[str]:
     """Markdown: this run vs ``other`` per step and per wall-clock minute (training score)."""
-    mine, theirs = learning_test(run_dir, steps), learning_test(other_dir, other)
+    mine, theirs = learning_test(run_dir, steps, use_dump=use_dump), learning_test(other_dir, other)
 
     def elapsed(rows: list[dict]) -> list[float]:
         total, out = 0.0, []
@@ -179,7 +251,9 @@ def comparison(run_dir: Path, steps: list[dict], other_dir: Path, other: list[di
         "",
         f"## Compared with {label}",
         "",
-        f"Training score (`critic/score/mean`, the same scorer in both runs). {label}: `{other_dir}`.",
+        "Training score (`critic/score/mean`, the same scorer in both runs"
+        + ("; this run's: `train/filter_groups/metric_mean`, before the filter" if not use_dump else "")
+        + f"). {label}: `{other_dir}`.",
         "",
         "| | this run | " + label + " |",
         "|---|---|---|",
@@ -213,11 +287,15 @@ def main() -> None:
         other = [r for r in load_rows(args.compare) if r["step"] > 0 and "critic/score/mean" in r]
     elif args.compare_page is not None:
         other = page_rows(args.compare_page)
+    config = (args.run_dir / "config.yaml").read_text()
+    unfiltered = unfiltered_steps(steps, config)
+    filtered = unfiltered is not None
+    if filtered:
+        steps = unfiltered
     args.out_md.parent.mkdir(parents=True, exist_ok=True)
     png = args.out_md.with_suffix(".png")
     plot(steps, vals, png, args.title, other, args.compare_label)
-    test = learning_test(args.run_dir, steps)
-    config = (args.run_dir / "config.yaml").read_text()
+    test = learning_test(args.run_dir, steps, use_dump=not filtered)
     stage_keys = [k for k in steps[0] if k.startswith("timing_s/")]
     lines = [
         f"# {args.title}",
@@ -231,6 +309,15 @@ def main() -> None:
         "",
         "## Learning test",
         "",
+        *(
+            [
+                "Score = `train/filter_groups/metric_mean`, every sample the step generated before the filter "
+                "(per-step means; the trained groups are a selected sample).",
+                "",
+            ]
+            if filtered
+            else []
+        ),
         f"First {test['quarter_steps']} steps: mean score {test['first'][0]:.4f} over {test['first'][1]} {test['unit']}; "
         f"last {test['quarter_steps']} steps: {test['last'][0]:.4f} over {test['last'][1]} {test['unit']}.  ",
         f"Difference {test['diff']:+.4f}, standard error {test['se']:.4f}, z = {test['z']:.2f} -> "
@@ -262,7 +349,12 @@ def main() -> None:
             lines.append(f"| {path.stem} | {exact:.3f} ({len(rows)} prompts) | {formatted:.3f} | {chars:.0f} |")
     if other is not None:
         other_dir = args.compare if args.compare is not None else args.compare_page
-        lines += comparison(args.run_dir, steps, other_dir, other, args.compare_label)
+        lines += comparison(args.run_dir, steps, other_dir, other, args.compare_label, use_dump=not filtered)
+    if filtered:
+        import yaml
+
+        cfg = yaml.safe_load(config)
+        lines += filter_section(steps, cfg["data"]["gen_batch_size"], cfg["actor_rollout_ref"]["rollout"]["n"])
     if "num_turns/mean" in steps[0]:
         lines += agent_section(args.run_dir, steps)
     critic_keys = [k for k in ("critic/vf_loss", "critic/vf_explained_var") if k in steps[0]]

@@ -97,6 +97,9 @@ def test_rounds_accumulate_until_enough_groups_then_cut_to_exactly_train_batch_s
         "train/filter_groups/kept": 4,
         "train/filter_groups/dropped": 2,
         "train/filter_groups/surplus": 1,
+        # Before the filter, by hand: (0 + 1 + 1 + 1 + 0.2 + 0.4 + 0 + 0 + 1 + 0 + 0 + 1) / 12; round 1: 3.6 / 6.
+        "train/filter_groups/metric_mean": pytest.approx(5.6 / 12),
+        "train/filter_groups/metric_mean_first_round": pytest.approx(0.6),
     }
 
 

@@ -143,6 +143,11 @@ class GroupFilter:
         self.kept_uids: list[Any] = []
         self.dropped = 0
         self._parts: list[Any] = []
+        # Sum/count of the metric over every generated response: the trained batch's own scores are selected
+        # (groups with spread only), so this is the unbiased picture of what the policy produces.
+        self._metric_sum = 0.0
+        self._metric_count = 0
+        self._first_round_mean = float("nan")
 
     @property
     def ready(self) -> bool:
@@ -161,8 +166,13 @@ class GroupFilter:
         """
         self.num_gen_batches += 1
         uids = batch.non_tensor_batch["uid"]
-        kept, dropped = kept_group_uids(uids, group_metric_values(batch, self.metric))
+        values = group_metric_values(batch, self.metric)
+        kept, dropped = kept_group_uids(uids, values)
         self.dropped += len(dropped)
+        if self.num_gen_batches == 1 and len(values):
+            self._first_round_mean = float(values.mean())
+        self._metric_sum += float(values.sum())
+        self._metric_count += len(values)
         self.kept_uids += kept
         if kept:
             kept_set = set(kept)
@@ -209,12 +219,21 @@ class GroupFilter:
             return merged
         return merged.select_idxs(np.array([uid in chosen for uid in merged.non_tensor_batch["uid"]], dtype=bool))
 
-    def metrics(self) -> dict[str, int]:
-        """``train/num_gen_batches`` (verl's name) and group counts: ``train/filter_groups/kept`` (groups with
-        spread, over all rounds), ``/dropped`` (without), ``/surplus`` (kept beyond ``train_batch_size``, cut)."""
+    def metrics(self) -> dict[str, float]:
+        """``train/num_gen_batches`` (verl's name), group counts and the metric before the filter.
+
+        ``train/filter_groups/kept`` (groups with spread, over all rounds), ``/dropped`` (without), ``/surplus``
+        (kept beyond ``train_batch_size``, cut); ``/metric_mean``: the filter metric's mean over every response
+        generated in the step's rounds, ``/metric_mean_first_round``: over the first round's only (one loader
+        batch, the sample an unfiltered step would have trained on). Not verl metrics: the trained batch's
+        ``critic/score/*`` describe selected groups only, so these are what compares with an unfiltered run.
+        """
+        mean = self._metric_sum / self._metric_count if self._metric_count else float("nan")
         return {
             "train/num_gen_batches": self.num_gen_batches,
             "train/filter_groups/kept": len(self.kept_uids),
             "train/filter_groups/dropped": self.dropped,
             "train/filter_groups/surplus": max(0, len(self.kept_uids) - self.train_batch_size),
+            "train/filter_groups/metric_mean": mean,
+            "train/filter_groups/metric_mean_first_round": self._first_round_mean,
         }

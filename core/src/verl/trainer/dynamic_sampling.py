@@ -16,7 +16,8 @@ every round and a resumed run replays what an uninterrupted one generates; kept 
 ``r * ROUND_SEED_STRIDE`` (round 0 keeps the seed of a step without filtering).
 
 Timing: ``timing_s/gen``, ``reward``, ... add up over the rounds (verl's accumulating ``marked_timer``).
-Metrics: ``train/num_gen_batches`` (verl's name) and ``train/filter_groups/{kept,dropped,surplus}`` groups.
+Metrics: ``train/num_gen_batches`` (verl's name) and ``train/filter_groups/{kept,dropped,surplus}`` groups,
+``train/filter_groups/metric_mean{,_first_round}`` (the metric before the filter).
 """
 
 from __future__ import annotations
