@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from verl.config.base import DEFAULT_RUN_CONFIG_NAME, ConfigBase, named_base, schema_base
+from verl.config.base import DEFAULT_RUN_CONFIG_NAME, SCHEMA_BASE_NAME, ConfigBase, named_base, schema_base
 
 #: python -m verl.trainer.main_ppo, the other way to start from verl's defaults (named in notes).
 MAIN_PPO = "python -m verl.trainer.main_ppo"
@@ -38,6 +38,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, items_help: str) ->
     """
     parser.add_argument("items", nargs="*", metavar="[CONFIG] [key=value ...]", help=items_help)
     parser.add_argument("--run-dir", default=None, help=RUN_DIR_HELP)
+    parser.add_argument(
+        "--config-name",
+        "-cn",
+        default=None,
+        metavar="NAME",
+        help="start from the built-in config NAME instead of a CONFIG file (Hydra's flag, as verl's entry points "
+        f"take it): {SCHEMA_BASE_NAME} (verl's defaults), dapo_trainer (verl's DAPO recipe) or a shipped run config",
+    )
     parser.add_argument(
         "--schema-defaults",
         action="store_true",
@@ -98,7 +106,7 @@ def load_run_config(
 
     path, overrides = split_items(args.items)
     search_path = tuple(getattr(args, "search_path", ()) or ())
-    forced = getattr(args, "base", None)
+    forced = getattr(args, "base", None) or config_name_base(args, path)
     base = forced or choose_base(path, args.schema_defaults, search_path)
     run_dir = None if args.run_dir is None else Path(args.run_dir)
     if not getattr(args, "checkpoints_follow_run_dir", True):
@@ -122,6 +130,35 @@ def load_run_config(
     if signs:
         print(builtin_base_note(base, signs), file=sys.stderr)
     return cfg, base
+
+
+def config_name_base(args: argparse.Namespace, path: str | None) -> ConfigBase | None:
+    """The built-in config ``--config-name NAME`` names (``.yaml`` optional), None without the flag.
+
+    Raises:
+        ConfigError: (key ``--config-name``) an unknown name, listing the built-in ones; the flag together with
+            a CONFIG file (Hydra's ``--config-name`` *is* the primary config: give one of them; a file starts
+            from a built-in with ``defaults: [NAME, _self_]``) or with ``--schema-defaults``.
+    """
+    from verl.config import ConfigError
+
+    name = getattr(args, "config_name", None)
+    if name is None:
+        return None
+    key = f"--config-name={name}"
+    if path is not None:
+        raise ConfigError(
+            f"{key} and the CONFIG file '{path}' both name the config to start from: give one (a file starts from "
+            f"a built-in config with a defaults list: defaults: [{name.removesuffix('.yaml')}, _self_])",
+            key="--config-name",
+        )
+    if args.schema_defaults:
+        raise ConfigError(
+            f"{key} and --schema-defaults both name the base: give one (--schema-defaults = "
+            f"--config-name={SCHEMA_BASE_NAME})",
+            key="--config-name",
+        )
+    return named_base(name, key, key="--config-name")
 
 
 #: ``trainer.device`` values verl's own scripts use (verl has no cpu trainer and no vendor platforms).

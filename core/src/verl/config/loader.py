@@ -24,6 +24,7 @@ from verl.config.converter import structure
 from verl.config.dump import to_dict
 from verl.config.errors import ConfigError, ConfigIssue
 from verl.config.keys import find_unknown_keys, prune_unknown
+from verl.config.legacy_keys import apply_legacy_keys
 from verl.config.overrides import apply_override, deep_merge, parse_override
 from verl.config.resolve import resolve_config
 from verl.config.reward_section import apply_reward_section
@@ -104,6 +105,7 @@ def load_config(
         except ConfigError as exc:
             raise ConfigError(exc.issues) from None
     apply_reward_section(tree, origins)
+    apply_legacy_keys(tree, origins)
     apply_strategy_names(tree, origins)
     apply_section_aliases(tree, origins)
     follow_run_dir(tree, origins, run_dir, base_tree)
