@@ -91,7 +91,10 @@ def test_defaults_list_naming_the_run_config_layers_the_file_over_it(tmp_path: P
     "defaults,needle",
     [
         (f"[ppo_trainer, {DEFAULT_RUN_CONFIG_NAME}]", "name one base config"),
-        ("[ppo_trainr]", f"unknown base config 'ppo_trainr'; known: ppo_trainer, dapo_trainer, {DEFAULT_RUN_CONFIG_NAME}"),
+        (
+            "[ppo_trainr]",
+            f"unknown base config 'ppo_trainr'; known: ppo_trainer, dapo_trainer, {DEFAULT_RUN_CONFIG_NAME}",
+        ),
         ("[ppo_trainer, {override model_engine: megatron}]", "actor_rollout_ref.actor.strategy"),
         ("ppo_trainer", "must be a list"),
     ],
