@@ -3,6 +3,7 @@
     python scripts/check_verl_scripts.py                       # the stored verl mirror (git dir)
     python scripts/check_verl_scripts.py --verl-root ~/src/verl  # a normal checkout
     python scripts/check_verl_scripts.py --json out.json -v
+    python scripts/check_verl_scripts.py --recipe-mirror /work/.mirror/verl-project+verl-recipe/repo  # + DAPO recipe
 
 For each ``examples/**/*.sh`` the script is *run by bash* in a scratch copy of ``examples/``, with
 ``python3``/``python``/``uv``/``torchrun`` (and a few commands with side effects: ``ray``, ``pip``, ``hf``,
@@ -10,6 +11,13 @@ For each ``examples/**/*.sh`` the script is *run by bash* in a scratch copy of `
 feature the scripts use (``${VAR:-default}``, arrays, ``case``, ``$((...))``, line continuations, quoting,
 ``"$@"`` = nothing) is expanded by bash itself, exactly as for a user who runs the script with no
 environment variables set. ``python3 -c ...`` probes fail (``import torch_npu`` -> the GPU branch).
+``ray job submit [options] -- CMD ...`` runs ``CMD`` (so the recorder sees it); other ``ray`` commands, and
+``cp``/``mkdir`` (copying a chat template, making a log folder: nothing a config depends on), do nothing.
+
+With ``--recipe-mirror`` (a verl-recipe git dir or checkout) the DAPO recipe's ``recipe/dapo/*.sh`` (``dapo/*.sh``
+in the split-out verl-recipe repository) are measured too: ``python3 -m recipe.dapo.main_dapo ARGS`` is
+verl's ``main_ppo`` with the recipe's ``--config-name dapo_trainer`` (the built-in ``dapo_trainer`` here), and
+each script is reported with its first error.
 
 Each recorded ``... -m verl.trainer.main_ppo ARGS`` is translated exactly as ``python -m
 verl.trainer.main_ppo ARGS`` translates it here (:func:`verl.cli.hydra_args.translate`), and the overrides go
@@ -58,10 +66,15 @@ import tomllib
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MIRROR = Path("/work/.mirror/verl-project+verl/repo")
 PPO_MODULE = "verl.trainer.main_ppo"
+DAPO_MODULE = "recipe.dapo.main_dapo"
+#: Entry modules that are main_ppo here -> the ``--config-name`` they default to (None: main_ppo's own).
+ENTRY_CONFIGS: dict[str, str | None] = {PPO_MODULE: None, DAPO_MODULE: "dapo_trainer"}
+DEFAULT_RECIPE_MIRROR = Path("/work/.mirror/verl-project+verl-recipe/repo")
 RECORDED = ("python3", "python", "uv", "torchrun", "accelerate", "deepspeed")
 # Commands whose side effects must not happen in a measurement: turned into no-ops.
 SILENCED = ("ray", "pip", "pip3", "hf", "huggingface-cli", "nvidia-smi", "npu-smi", "wget", "curl", "git", "rm")
 SILENCED += ("kill", "pkill", "docker", "sleep", "modelscope", "sudo", "apt", "apt-get", "mpirun", "srun")
+SILENCED += ("cp", "mkdir")
 
 _RECORDER = r"""#!/bin/bash
 # Written by check_verl_scripts.py: record this command line (NUL-separated) instead of running it.
@@ -71,6 +84,14 @@ if [ "$name" = python3 ] || [ "$name" = python ]; then
 fi
 f=$(mktemp "$VERL_CAPTURE_DIR/cmd.XXXXXXXX")
 { printf '%s\0' "$name"; for a in "$@"; do printf '%s\0' "$a"; done; } > "$f"
+exit 0
+"""
+# ``ray job submit [options] -- CMD ...`` runs CMD (found on PATH, so a recorded python3); other ray commands: no-op.
+_RAY = r"""#!/bin/bash
+while [ "$#" -gt 0 ]; do
+    if [ "$1" = "--" ]; then shift; exec "$@"; fi
+    shift
+done
 exit 0
 """
 
@@ -130,7 +151,7 @@ def capture_commands(
             shim.chmod(0o755)
         for name in SILENCED:
             shim = shims / name
-            shim.write_text("#!/bin/sh\nexit 0\n")
+            shim.write_text(_RAY if name == "ray" else "#!/bin/sh\nexit 0\n")
             shim.chmod(0o755)
         script, prelude = tmp_path / "script.sh", tmp_path / "prelude.sh"
         script.write_text(script_text)
@@ -286,14 +307,15 @@ def check_script(name: str, text: str, workdir: Path, manager: Any) -> Result:
     """Capture the commands of one script and check every main_ppo command's overrides."""
     argvs, tail, env, args = capture_with_inputs(text, workdir)
     commands = [parse_command(argv) for argv in argvs]
-    ppo = [c for c in commands if c.module == PPO_MODULE]
+    ppo = [c for c in commands if c.module in ENTRY_CONFIGS]
     reasons: list[str] = []
     keys: list[str] = []
     next_keys: list[str] = []
     notes = [f"needs {k}={v}" for k, v in env.items()] + ([f"needs {len(args)} arguments"] if args else [])
     if not ppo:
         others = sorted({c.module or shlex.join(c.argv[:3]) for c in commands})
-        reasons.append(f"runs {', '.join(others)}, not {PPO_MODULE}" if others else "runs no python command")
+        entries = " or ".join(ENTRY_CONFIGS)
+        reasons.append(f"runs {', '.join(others)}, not {entries}" if others else "runs no python command")
         if tail:
             reasons.append(f"bash: {tail}")
         return Result(name, False, tuple(reasons + notes), (), 0, tuple(notes))
@@ -303,7 +325,7 @@ def check_script(name: str, text: str, workdir: Path, manager: Any) -> Result:
     for command in ppo:
         run = None
         try:
-            run = translate(command.args)
+            run = translate(entry_args(command))
         except ConfigError as exc:  # what main_ppo refuses; the overrides are still checked over verl's defaults
             for issue in exc.issues:
                 reasons.append(issue.message)
@@ -332,6 +354,16 @@ def check_script(name: str, text: str, workdir: Path, manager: Any) -> Result:
     )
 
 
+def entry_args(command: Command) -> tuple[str, ...]:
+    """The arguments main_ppo gets for ``command``: an entry module's own ``--config-name`` default
+    (:data:`ENTRY_CONFIGS`, e.g. ``dapo_trainer`` for the DAPO recipe's ``main_dapo``) goes first unless the
+    command names a config itself."""
+    default = ENTRY_CONFIGS.get(command.module or "")
+    if default is None or command.config_name is not None:
+        return command.args
+    return ("--config-name", default, *command.args)
+
+
 def _override_key(text: str) -> str:
     return text.strip().lstrip("+~").partition("=")[0].strip()
 
@@ -339,76 +371,149 @@ def _override_key(text: str) -> str:
 # ---------------------------------------------------------------------- sources of scripts
 
 
-def scripts_from_git(git_dir: Path, workdir: Path) -> list[tuple[str, str]]:
-    """``examples/**/*.sh`` of ``HEAD`` of a bare git dir; ``examples/`` is unpacked into ``workdir``."""
+def scripts_from_git(
+    git_dir: Path, workdir: Path, folder: str = "examples", pattern: str = "**/*.sh"
+) -> list[tuple[str, str]]:
+    """``folder/pattern`` scripts of ``HEAD`` of a bare git dir; ``folder`` is unpacked into ``workdir``."""
     out = subprocess.run(
-        ["git", "-C", str(git_dir), "archive", "--format=tar", "HEAD", "examples"], capture_output=True, check=True
+        ["git", "-C", str(git_dir), "archive", "--format=tar", "HEAD", folder], capture_output=True, check=True
     ).stdout
     with tempfile.TemporaryFile() as tar_file:
         tar_file.write(out)
         tar_file.seek(0)
         with tarfile.open(fileobj=tar_file) as tar:
             tar.extractall(workdir, filter="data")
-    return scripts_from_tree(workdir)
+    return scripts_from_tree(workdir, folder, pattern)
 
 
-def scripts_from_tree(root: Path) -> list[tuple[str, str]]:
-    """``examples/**/*.sh`` under a checkout ``root``, as (relative path, text), sorted."""
+def scripts_from_tree(root: Path, folder: str = "examples", pattern: str = "**/*.sh") -> list[tuple[str, str]]:
+    """``folder/pattern`` scripts under a checkout ``root`` (default ``examples/**/*.sh``), as (relative path,
+    text), sorted."""
     return [
         (str(p.relative_to(root)), p.read_text(encoding="utf-8", errors="replace"))
-        for p in sorted((root / "examples").rglob("*.sh"))
+        for p in sorted((root / folder).glob(pattern))
     ]
 
 
-def verl_commit(args: argparse.Namespace) -> str:
-    """``"<short hash> <commit date>"`` of the measured verl checkout, or ``"unknown"`` when git cannot tell."""
-    git = ["git", "-C", str(args.verl_root or args.mirror), "log", "-1", "--format=%h %cs"]
-    proc = subprocess.run(git, capture_output=True, text=True)
+#: Where the DAPO recipe lives: ``recipe/dapo`` in verl (and verl-recipe as a submodule), ``dapo`` in verl-recipe.
+RECIPE_FOLDERS = ("recipe/dapo", "dapo")
+
+
+def recipe_scripts(source: Path, workdir: Path) -> list[tuple[str, str]]:
+    """The DAPO recipe's ``*.sh`` (top level of the recipe folder) from a git dir or a checkout ``source``,
+    copied or unpacked into ``workdir`` (the scripts' working directory).
+
+    Raises:
+        SystemExit: ``source`` holds no recipe folder (:data:`RECIPE_FOLDERS`).
+    """
+    if (source / "HEAD").is_file() and (source / "objects").is_dir():  # a bare git dir
+        listed = subprocess.run(
+            ["git", "-C", str(source), "ls-tree", "-d", "--name-only", "HEAD", *RECIPE_FOLDERS],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        for folder in RECIPE_FOLDERS:
+            if folder in listed:
+                return scripts_from_git(source, workdir, folder, "*.sh")
+    else:
+        for folder in RECIPE_FOLDERS:
+            if (source / folder).is_dir():
+                target = workdir / folder
+                target.parent.mkdir(parents=True, exist_ok=True)
+                subprocess.run(["cp", "-r", str(source / folder), str(target)], check=True)
+                return scripts_from_tree(workdir, folder, "*.sh")
+    raise SystemExit(f"--recipe-mirror {source}: no {' or '.join(RECIPE_FOLDERS)} folder there")
+
+
+def git_commit(source: Path) -> str:
+    """``"<short hash> <commit date>"`` of a git dir or checkout, or ``"unknown"`` when git cannot tell."""
+    proc = subprocess.run(["git", "-C", str(source), "log", "-1", "--format=%h %cs"], capture_output=True, text=True)
     return proc.stdout.strip() or "unknown"
 
 
+def verl_commit(args: argparse.Namespace) -> str:
+    """:func:`git_commit` of the measured verl checkout (``--verl-root``, else ``--mirror``)."""
+    return git_commit(args.verl_root or args.mirror)
+
+
+def print_results(results: Sequence[Result], *, verbose: bool, first_error: bool = False) -> None:
+    """One line per script: ``loads`` or ``FAILS`` with the failing keys (``first_error``: the first reason)."""
+    for r in results:
+        if r.loads:
+            print(f"loads  {r.script}")
+            continue
+        why = r.reasons[0] if first_error else ("; ".join(r.failing_keys) or r.reasons[0])
+        print(f"FAILS  {r.script}  [{why}]")
+        if verbose and not r.loads:
+            for reason in r.reasons:
+                print(f"         - {reason}")
+
+
+def print_keys(results: Sequence[Result], top: int) -> None:
+    """The failing keys by the number of scripts each breaks, then what fails next."""
+    counts: collections.Counter[str] = collections.Counter(k for r in results for k in r.failing_keys)
+    print("\nfailing keys (scripts broken by each):")
+    for key, n in counts.most_common(top):
+        print(f"  {n:4}  {key}")
+    behind: collections.Counter[str] = collections.Counter(k for r in results for k in r.next_keys)
+    if behind:
+        print("\nfailing next, once the failing overrides are dropped (scripts):")
+        for key, n in behind.most_common(top):
+            print(f"  {n:4}  {key}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Measure every example script; print one line each, ``N of M scripts load unchanged`` and the failing keys.
+    """Measure every example script (and with ``--recipe-mirror`` the DAPO recipe's); print one line each,
+    ``N of M scripts load unchanged`` and the failing keys.
 
     Returns 0 (the count is the result, not a pass/fail).
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--verl-root", type=Path, help="a verl checkout (with a work tree)")
     parser.add_argument("--mirror", type=Path, default=DEFAULT_MIRROR, help="a verl git dir (default: %(default)s)")
+    parser.add_argument(
+        "--recipe-mirror",
+        type=Path,
+        help=f"also measure the DAPO recipe's scripts of this verl-recipe git dir or checkout (e.g. {DEFAULT_RECIPE_MIRROR})",
+    )
+    parser.add_argument("--skip-examples", action="store_true", help="measure the recipe only (with --recipe-mirror)")
     parser.add_argument("--json", type=Path, help="also write the per-script results here")
     parser.add_argument("--top", type=int, default=30, help="failing keys to list (default: %(default)s)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every reason of each failing script")
     args = parser.parse_args(argv)
     manager = plugin_manager()
-    with tempfile.TemporaryDirectory(prefix="verl-examples-") as tmp:
-        workdir = Path(tmp)
-        if args.verl_root is not None:
-            # A scratch copy: scripts may mkdir or write logs relative to the checkout.
-            subprocess.run(["cp", "-r", str(args.verl_root / "examples"), str(workdir)], check=True)
-            scripts = scripts_from_tree(workdir)
-        else:
-            scripts = scripts_from_git(args.mirror, workdir)
-        results = [check_script(name, text, workdir, manager) for name, text in scripts]
-    counts: collections.Counter[str] = collections.Counter(k for r in results for k in r.failing_keys)
-    for r in results:
-        status = "loads" if r.loads else "FAILS"
-        print(f"{status:5}  {r.script}" + ("" if r.loads else f"  [{'; '.join(r.failing_keys) or r.reasons[0]}]"))
-        if args.verbose and not r.loads:
-            for reason in r.reasons:
-                print(f"         - {reason}")
-    ppo = sum(1 for r in results if r.commands)
-    loaded = sum(r.loads for r in results)
-    print(f"\nverl {verl_commit(args)}: {loaded} of {len(results)} scripts load unchanged ({ppo} run {PPO_MODULE})")
-    print("\nfailing keys (scripts broken by each):")
-    for key, n in counts.most_common(args.top):
-        print(f"  {n:4}  {key}")
-    behind: collections.Counter[str] = collections.Counter(k for r in results for k in r.next_keys)
-    if behind:
-        print("\nfailing next, once the failing overrides are dropped (scripts):")
-        for key, n in behind.most_common(args.top):
-            print(f"  {n:4}  {key}")
+    results: list[Result] = []
+    if not args.skip_examples:
+        with tempfile.TemporaryDirectory(prefix="verl-examples-") as tmp:
+            workdir = Path(tmp)
+            if args.verl_root is not None:
+                # A scratch copy: scripts may mkdir or write logs relative to the checkout.
+                subprocess.run(["cp", "-r", str(args.verl_root / "examples"), str(workdir)], check=True)
+                scripts = scripts_from_tree(workdir)
+            else:
+                scripts = scripts_from_git(args.mirror, workdir)
+            results = [check_script(name, text, workdir, manager) for name, text in scripts]
+        print_results(results, verbose=args.verbose)
+        ppo = sum(1 for r in results if r.commands)
+        loaded = sum(r.loads for r in results)
+        print(f"\nverl {verl_commit(args)}: {loaded} of {len(results)} scripts load unchanged ({ppo} run {PPO_MODULE})")
+        print_keys(results, args.top)
+    recipe: list[Result] = []
+    if args.recipe_mirror is not None:
+        with tempfile.TemporaryDirectory(prefix="verl-recipe-") as tmp:
+            workdir = Path(tmp)
+            recipe = [check_script(n, t, workdir, manager) for n, t in recipe_scripts(args.recipe_mirror, workdir)]
+        print("\nDAPO recipe:")
+        print_results(recipe, verbose=args.verbose, first_error=True)
+        entry = sum(1 for r in recipe if r.commands)
+        loaded = sum(r.loads for r in recipe)
+        print(
+            f"\nverl-recipe {git_commit(args.recipe_mirror)}: DAPO recipe {loaded} of {len(recipe)} scripts load "
+            f"unchanged ({entry} run {' or '.join(ENTRY_CONFIGS)})"
+        )
+        print_keys(recipe, args.top)
     if args.json:
-        args.json.write_text(json.dumps([attrs.asdict(r) for r in results], indent=1))
+        args.json.write_text(json.dumps([attrs.asdict(r) for r in results + recipe], indent=1))
     return 0
 
 
