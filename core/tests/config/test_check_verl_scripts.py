@@ -115,3 +115,87 @@ def test_config_path_and_name_are_translated_as_main_ppo_does(tmp_path, fake_bac
     )
     # The refused config is counted, and the overrides are still checked over verl's defaults.
     assert mega.failing_keys == ("--config-name=ppo_megatron_trainer", "x")
+
+
+RECIPE = r"""#!/usr/bin/env bash
+set -xeuo pipefail
+max_response_length=$((1024 * 2))
+RUNTIME_ENV=${RUNTIME_ENV:-"${PWD}/verl/trainer/runtime_env.yaml"}
+export VLLM_USE_V1=1
+mkdir -p "/placeholder/ckpts"
+cp /models/none/chat_template.jinja "/placeholder/model/chat_template.jinja"
+ray job submit --no-wait --runtime-env="${RUNTIME_ENV}" \
+    --working-dir "${PWD}" \
+    -- python3 -m recipe.dapo.main_dapo \
+    data.max_response_length=${max_response_length} \
+    data.train_batch_size=512 \
+    data.gen_batch_size=$((512 * 3)) \
+    algorithm.adv_estimator=grpo \
+    algorithm.filter_groups.enable=True \
+    algorithm.filter_groups.metric=acc \
+    actor_rollout_ref.actor.ppo_mini_batch_size=32 \
+    actor_rollout_ref.actor.ppo_micro_batch_size=null \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size=null \
+    actor_rollout_ref.ref.log_prob_micro_batch_size=null \
+    actor_rollout_ref.rollout.n=16 \
+    reward_model.reward_manager=dapo \
+    reward_model.overlong_buffer.enable=True \
+    reward_model.overlong_buffer.len=512 \
+    reward_model.overlong_buffer.penalty_factor=1.0 \
+    trainer.n_gpus_per_node=8
+"""
+
+
+def test_ray_job_submit_runs_the_command_after_the_separator_and_cp_mkdir_do_nothing(tmp_path) -> None:
+    argvs, tail = CVS.capture_commands(RECIPE, tmp_path)
+    assert tail == ""  # set -e: a real cp of a missing file would have stopped the script
+    (argv,) = argvs
+    command = CVS.parse_command(argv)
+    assert argv[:3] == ["python3", "-m", "recipe.dapo.main_dapo"] and command.module == CVS.DAPO_MODULE
+    assert command.overrides[:3] == (
+        "data.max_response_length=2048",
+        "data.train_batch_size=512",
+        "data.gen_batch_size=1536",
+    )
+    # main_dapo is main_ppo over the recipe's config, unless the script names another one.
+    assert CVS.entry_args(command)[:2] == ("--config-name", "dapo_trainer")
+    named = CVS.parse_command(["python3", "-m", CVS.DAPO_MODULE, "--config-name=dapo_megatron_trainer", "a=1"])
+    assert CVS.entry_args(named) == named.args
+
+
+def test_a_recipe_script_loads_over_dapo_trainer_and_a_refused_config_is_named(tmp_path, fake_backends) -> None:
+    ok = CVS.check_script("dapo/run.sh", RECIPE, tmp_path, fake_backends)
+    assert ok.loads and ok.commands == 1, ok.reasons
+    # Over verl's defaults (main_ppo) the same overrides fail: the naive manager takes no overlong buffer.
+    plain = RECIPE.replace("recipe.dapo.main_dapo", "verl.trainer.main_ppo").replace(
+        "reward_model.reward_manager=dapo ", ""
+    )
+    failed = CVS.check_script("dapo/plain.sh", plain, tmp_path, fake_backends)
+    assert failed.failing_keys == ("reward_model.reward_kwargs.max_resp_len",), failed.reasons
+    assert "set reward_model.reward_manager=dapo" in failed.reasons[0]
+    mega = CVS.check_script(
+        "dapo/m.sh", f"python3 -m {CVS.DAPO_MODULE} --config-name=dapo_megatron_trainer x=1\n", tmp_path, fake_backends
+    )
+    assert mega.reasons[0].startswith("--config-name=dapo_megatron_trainer: verl's dapo_megatron_trainer.yaml is not")
+
+
+def test_recipe_scripts_come_from_a_checkout_or_a_git_dir(tmp_path) -> None:
+    import subprocess
+
+    checkout = tmp_path / "recipe_repo"
+    (checkout / "dapo" / "config").mkdir(parents=True)
+    (checkout / "dapo" / "run_b.sh").write_text("echo b\n")
+    (checkout / "dapo" / "run_a.sh").write_text("echo a\n")
+    (checkout / "dapo" / "config" / "not_a_script.sh").write_text("")  # only the recipe folder's own scripts
+    work = tmp_path / "work"
+    work.mkdir()
+    assert CVS.recipe_scripts(checkout, work) == [("dapo/run_a.sh", "echo a\n"), ("dapo/run_b.sh", "echo b\n")]
+    assert (work / "dapo" / "run_a.sh").is_file()  # the scripts' working directory holds the recipe folder
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(checkout)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(checkout), str(bare)], check=True)
+    names = [name for name, _ in CVS.recipe_scripts(bare, tmp_path / "work2")]
+    assert names == ["dapo/run_a.sh", "dapo/run_b.sh"]
