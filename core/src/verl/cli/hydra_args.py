@@ -7,7 +7,8 @@ verl's entry point is ``@hydra.main(config_path="config", config_name="ppo_train
 * ``--config-path/-cp DIR``: where ``--config-name`` is looked up; relative to ``verl/trainer/`` (the directory
   of ``main_ppo.py``, Hydra's rule), default ``config``. verl's config directory (``config``, ``./config``,
   ``pkg://verl.trainer.config``, any path ending in ``verl/trainer/config``) holds the built-in configs:
-  ``ppo_trainer`` (verl's defaults = ``verl train --schema-defaults``) and the shipped run configs. Another
+  ``ppo_trainer`` (verl's defaults = ``verl train --schema-defaults``), ``dapo_trainer`` (verl's DAPO recipe
+  config, what ``python3 -m recipe.dapo.main_dapo`` starts from) and the shipped run configs. Another
   directory's ``NAME.yaml`` is loaded as the CONFIG file, its ``defaults:`` list composed
   (:mod:`verl.config.compose`). ``--config-dir/-cd DIR`` adds a directory to the search path.
 * ``--config-name/-cn NAME``: default ``ppo_trainer``.

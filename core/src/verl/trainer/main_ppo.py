@@ -22,7 +22,7 @@ verl's entry point, run as `verl train` starting from verl's defaults (ppo_train
   --config-path DIR, --config-name NAME
                       NAME.yaml in DIR is the config file (its defaults: list is composed); a relative
                       DIR starts at verl/trainer/, whose config/ holds the built-in configs: ppo_trainer
-                      (the default) and the shipped run configs
+                      (the default), dapo_trainer (verl's DAPO recipe) and the shipped run configs
   --config-dir DIR    one more directory searched for config names
   hydra.run.dir=DIR   the run folder (as verl train --run-dir; checkpoints stay at trainer.default_local_dir)
   hydra.searchpath=[file://DIR,...]
