@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "data": "verl.cli.data_cmd",
     "export": "verl.cli.export_cmd",
     "plugins": "verl.cli.plugins_cmd",
+    "sft": "verl.cli.sft_cmd",
     "train": "verl.cli.train_cmd",
 }
 

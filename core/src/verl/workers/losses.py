@@ -169,3 +169,32 @@ def make_value_loss(critic: Any) -> LossFn:
 
     loss_fn.needs_entropy = False
     return loss_fn
+
+
+def make_sft_loss() -> LossFn:
+    """The SFT loss: token-mean negative log-likelihood over the loss-mask tokens of the whole mini-batch.
+
+    ``loss_fn(micro, outputs, norm)``: ``outputs["log_probs"]`` ``(bs, L)`` are the log-probs of the micro-batch's
+    ``responses`` (for SFT rows the whole sequence after its first token, :func:`verl.data.sft_dataset.collate_sft`)
+    and ``micro.batch["response_mask"]`` ``(bs, L)`` marks the assistant tokens. ``loss = -sum(log_probs * mask) /
+    batch_num_tokens * dp_size`` with the mini-batch normalisers ``norm``, so the micro-batch losses sum to the
+    mini-batch token mean (verl ``verl/workers/utils/losses.py:sft_loss``).
+
+    Metrics (additive, summed over micro-batches by the engine): ``train/loss`` (this rank's share of the
+    mini-batch NLL per token).
+
+    Raises:
+        KeyError: (at call time) ``response_mask`` missing.
+    """
+
+    def loss_fn(micro: Any, outputs: dict[str, torch.Tensor], norm: dict[str, Any]) -> tuple[torch.Tensor, dict]:
+        if "response_mask" not in micro.batch.keys():
+            raise KeyError(f"SFT update needs batch['response_mask']; present: {sorted(micro.batch.keys())}")
+        mask = micro.batch["response_mask"].to(outputs["log_probs"].dtype)
+        dp = int(norm.get("dp_size", 1))
+        tokens = max(1, int(norm["batch_num_tokens"]))
+        loss = -(outputs["log_probs"] * mask).sum() / tokens * dp
+        return loss, {"train/loss": float(loss.detach()) / dp}
+
+    loss_fn.needs_entropy = False
+    return loss_fn

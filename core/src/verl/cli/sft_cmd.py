@@ -1,0 +1,57 @@
+"""``verl sft [CONFIG.yaml] [key=value ...]``: supervised fine-tuning (verl's ``sft_trainer``).
+
+The config follows verl's ``sft_trainer_engine.yaml`` keys (``data.*``, ``model.*``, ``optim.*``,
+``engine.*``, ``checkpoint.*``, ``trainer.*``; :mod:`verl.config.schema.sft`). The run folder is
+``trainer.default_local_dir``: ``config.yaml``, ``metrics.jsonl`` (with ``trainer.logger`` including ``file``),
+``global_step_N/`` checkpoints and the final HF folder ``final_hf/`` (loadable as ``actor_rollout_ref.model.path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+HELP = "supervised fine-tuning on chat data (verl sft_trainer keys) from a YAML config and key=value overrides"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``[CONFIG] [key=value ...]`` and ``-v``, in any order."""
+    parser.add_argument("items", nargs="*", metavar="ITEM", help="YAML file (optional, first), then key=value")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def split_items(items: list[str]) -> tuple[str | None, list[str]]:
+    """``(config path or None, overrides)``: a first item without ``=`` is the config file."""
+    if items and "=" not in items[0]:
+        return items[0], list(items[1:])
+    return None, list(items)
+
+
+def run(args: argparse.Namespace) -> int:
+    from verl.config.errors import ConfigError
+    from verl.config.sft_loader import load_sft_config
+    from verl.data.sft_dataset import SFTRowError
+    from verl.trainer.checkpoint import CheckpointError
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    path, overrides = split_items(list(args.items))
+    try:
+        cfg = load_sft_config(path, overrides)
+    except ConfigError as exc:
+        print(f"verl sft: config error:\n{exc}", file=sys.stderr)
+        return 2
+    from verl.trainer.sft_trainer import SFTTrainer
+
+    try:
+        trainer = SFTTrainer(cfg)
+        metrics = trainer.fit()
+    except (SFTRowError, CheckpointError, FileNotFoundError) as exc:
+        print(f"verl sft: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"verl sft: done ({trainer.global_step} steps); final model: {trainer.run_dir / 'final_hf'}")
+    if metrics:
+        print("verl sft: last metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))
+    return 0
