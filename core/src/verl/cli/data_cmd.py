@@ -5,7 +5,8 @@ with verl-core (or the jsonl files in ``--source``) to ``DIR/train.parquet`` and
 The default ``DIR`` is ``~/data/gsm8k``, verl's own default, so verl-style overrides such as
 ``data.train_files=$HOME/data/gsm8k/train.parquet`` work unchanged. ``--tools`` (``code_interpreter`` when given
 without a name, or ``calc_gsm8k_reward``) writes verl's multi-turn tool rows instead (:mod:`verl.data.gsm8k_tools`),
-by default to ``~/data/gsm8k_tool_<NAME>``.
+by default to ``~/data/gsm8k_tool_<NAME>``. ``--sft`` writes SFT rows (:mod:`verl.data.gsm8k_sft`), by default to
+``~/data/gsm8k_sft``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"extra_info.tools_kwargs / interaction_kwargs) for rollout.mode=async; NAME: {' or '.join(TOOLS)} "
         f"(default {DEFAULT_TOOL})",
     )
+    gsm8k.add_argument(
+        "--sft",
+        action="store_true",
+        help="write SFT rows instead (messages: question -> worked solution ending in '#### answer', plus question/"
+        "answer strings), by default to ~/data/gsm8k_sft (verl's folder), for `verl sft`",
+    )
     parser.set_defaults(_data_parser=parser)
 
 
@@ -63,9 +70,20 @@ def run(args: argparse.Namespace) -> int:
 
     from verl.data.gsm8k import prepare_gsm8k
 
-    out = Path(args.out) if args.out is not None else default_out_dir(args.tools)
+    if getattr(args, "sft", False) and args.tools is not None:
+        print("verl data gsm8k: error: --sft and --tools are separate formats; pass one", file=sys.stderr)
+        return 2
+    if getattr(args, "sft", False):
+        from verl.data.gsm8k_sft import DEFAULT_SFT_DIR, prepare_gsm8k_sft
+
+        out = Path(args.out) if args.out is not None else DEFAULT_SFT_DIR.expanduser()
+    else:
+        out = Path(args.out) if args.out is not None else default_out_dir(args.tools)
     try:
-        paths = prepare_gsm8k(out, args.source, skip_bad_rows=args.skip_bad_rows, tool=args.tools)
+        if getattr(args, "sft", False):
+            paths = prepare_gsm8k_sft(out, args.source, skip_bad_rows=args.skip_bad_rows)
+        else:
+            paths = prepare_gsm8k(out, args.source, skip_bad_rows=args.skip_bad_rows, tool=args.tools)
     except (OSError, ValueError) as exc:
         print(f"verl data gsm8k: error: {exc}", file=sys.stderr)
         return 1

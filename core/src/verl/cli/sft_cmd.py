@@ -28,6 +28,20 @@ def split_items(items: list[str]) -> tuple[str | None, list[str]]:
     return None, list(items)
 
 
+def _ensure_gsm8k_sft(files: list[str]) -> None:
+    """Write the shipped GSM8K SFT rows when every missing data file lies in their default folder
+    (``verl data gsm8k --sft``); any other missing file is left for the dataset to report."""
+    from pathlib import Path
+
+    from verl.data.gsm8k_sft import DEFAULT_SFT_DIR, prepare_gsm8k_sft
+
+    folder = DEFAULT_SFT_DIR.expanduser()
+    missing = [Path(f).expanduser() for f in files if not Path(f).expanduser().exists()]
+    if missing and all(f.parent == folder for f in missing):
+        print(f"verl sft: preparing GSM8K SFT rows in {folder} (verl data gsm8k --sft)", file=sys.stderr)
+        prepare_gsm8k_sft(folder)
+
+
 def run(args: argparse.Namespace) -> int:
     from verl.config.errors import ConfigError
     from verl.config.sft_loader import load_sft_config
@@ -43,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"verl sft: config error:\n{exc}", file=sys.stderr)
         return 2
+    _ensure_gsm8k_sft([*(cfg.data.train_files or ()), *(cfg.data.val_files or ())])
     from verl.trainer.sft_trainer import SFTTrainer
 
     try:

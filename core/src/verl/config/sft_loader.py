@@ -18,7 +18,7 @@ from verl.config.converter import structure
 from verl.config.dump import to_dict
 from verl.config.errors import ConfigError, ConfigIssue, IssueCollector
 from verl.config.keys import _field_types, section_class
-from verl.config.loader import read_yaml_file
+from verl.config.loader import read_mapping, strip_targets
 from verl.config.overrides import apply_override, deep_merge, parse_override
 from verl.config.schema.sft import SFTConfig
 
@@ -57,7 +57,16 @@ def load_sft_config(path: str | os.PathLike[str] | None = None, overrides: Seque
     """
     tree = to_dict(SFTConfig())
     if path is not None:
-        deep_merge(tree, copy.deepcopy(read_yaml_file(path)))
+        data = read_mapping(path)
+        for key in ("defaults", "hydra"):
+            if key in data:
+                # Silently dropping a composition list would train with other settings than the file names.
+                raise ConfigError(
+                    f"{key}: SFT config files are not composed (no Hydra defaults list / search path); write the "
+                    f"keys into {path} itself",
+                    key=key,
+                )
+        deep_merge(tree, copy.deepcopy(strip_targets(data)))
     for text in overrides:
         apply_override(tree, parse_override(text))
     issues = _unknown_keys(tree, SFTConfig, "")

@@ -4,8 +4,8 @@
 One optimizer step per ``data.train_batch_size`` rows through the RL actor's training engine
 (:class:`~verl.engines.reference.training.ReferenceTrainingEngine`, micro-batches / token budget / packing as
 for the actor) with :func:`verl.workers.losses.make_sft_loss`. Metrics use verl's names: ``train/loss``,
-``train/grad_norm``, ``train/lr``, ``train/global_tokens``, ``train/total_tokens(B)``, ``val/loss`` (the mean of
-the validation batches' token-mean NLL, verl's). Checkpoints are ``<default_local_dir>/global_step_N/`` (the
+``train/grad_norm``, ``train/lr``, ``train/global_tokens``, ``train/total_tokens(B)``, ``val/loss`` (the mean
+of the validation batches' token-mean NLL, verl's), plus ``timing_s/step`` and ``timing_s/testing`` (seconds). Checkpoints are ``<default_local_dir>/global_step_N/`` (the
 engine state in ``actor/``, the sampler position and counters in ``data.pt``), written every ``save_freq``
 steps and at the last step; ``resume_mode=auto`` continues from the newest one exactly (same batches, same
 weights). At the end the weights and tokenizer are written to ``<default_local_dir>/final_hf/``, a HF folder
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -198,8 +199,10 @@ class SFTTrainer:
         ) as tracking:
             tracking.rewind(self.global_step)
             while self.global_step < self.total_training_steps:
+                started = time.perf_counter()
                 batch = self._next_batch()
                 raw = self.engine.train_batch(batch, self.loss_fn)
+                step_s = time.perf_counter() - started
                 self.global_step += 1
                 metrics = {k: sum(v) / len(v) for k, v in raw.items() if v}
                 tokens = int(batch.batch["attention_mask"].sum())
@@ -207,9 +210,12 @@ class SFTTrainer:
                 metrics["train/global_tokens"] = float(tokens)
                 metrics["train/total_tokens(B)"] = self.total_tokens / 1e9
                 metrics["train/epoch"] = float((self.global_step - 1) // self.steps_per_epoch)
+                metrics["timing_s/step"] = step_s
                 last = self.global_step >= self.total_training_steps
                 if self.val_dataset is not None and (last or (t.test_freq > 0 and self.global_step % t.test_freq == 0)):
+                    started = time.perf_counter()
                     metrics["val/loss"] = self.validate()
+                    metrics["timing_s/testing"] = time.perf_counter() - started
                 tracking.log(metrics, self.global_step)
                 if last or (t.save_freq > 0 and self.global_step % t.save_freq == 0):
                     self.save_checkpoint()

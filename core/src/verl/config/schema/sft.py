@@ -105,7 +105,8 @@ class SFTConfig:
     model: SFTModelConfig = section(SFTModelConfig, doc="the model to fine-tune")
     engine: SFTEngineConfig = section(SFTEngineConfig, doc="training engine")
     optim: OptimConfig = attrs.field(
-        factory=lambda: OptimConfig(lr=1e-5), metadata={"doc": "optimizer and LR schedule (lr 1e-5)"}
+        factory=lambda: OptimConfig(lr=1e-3),
+        metadata={"doc": "optimizer and LR schedule (verl optim/fsdp.yaml: lr 1e-3)"},
     )
     checkpoint: CheckpointConfig = section(CheckpointConfig, doc="checkpoint contents")
     trainer: SFTTrainerConfig = section(SFTTrainerConfig, doc="loop, logging, checkpoints")
