@@ -45,13 +45,14 @@ def test_unknown_refused_and_inconsistent_keys_are_all_reported():
     assert "unknown config key 'data.max_lenght' of the SFT trainer. Did you mean 'data.max_length'?" in text
     assert REFUSED_KEYS["data.tools_key"] in text
     # Unknown keys are reported before the values are checked (the tree is not structured with them).
+    # `engine=fsdp` is verl's Hydra group choice of the engine: the strategy key here.
     with pytest.raises(ConfigError) as info:
         load_sft_config(
             None,
             [
                 "data.train_files=t.parquet",
                 "data.prompt_key=question",
-                "engine.strategy=fsdp",
+                "engine=fsdp",
                 "trainer.n_gpus_per_node=2",
             ],
         )

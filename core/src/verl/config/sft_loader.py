@@ -68,7 +68,11 @@ def load_sft_config(path: str | os.PathLike[str] | None = None, overrides: Seque
                 )
         deep_merge(tree, copy.deepcopy(strip_targets(data)))
     for text in overrides:
-        apply_override(tree, parse_override(text))
+        override = parse_override(text)
+        if override.path == ("engine",) and isinstance(override.value, str):
+            # verl picks the engine with its Hydra group (`engine=fsdp`): that is the strategy key here.
+            override = parse_override(f"engine.strategy={override.value}")
+        apply_override(tree, override)
     issues = _unknown_keys(tree, SFTConfig, "")
     if issues:
         raise ConfigError(issues)
