@@ -178,3 +178,13 @@ def test_resume_is_exact_and_the_output_loads_as_the_rl_actor(assets, tmp_path):
     for name, tensor in whole.engine.model.state_dict().items():
         assert torch.equal(actor.model.state_dict()[name], tensor), name
     assert load_tokenizer(final, require_chat_template=True).chat_template == make_tiny_tokenizer().chat_template
+
+    # A fresh run in the same folder keeps the earlier run's files: renamed aside, nothing overwritten.
+    earlier = (tmp_path / "a" / "metrics.jsonl").read_text()
+    fresh = ("trainer.resume_mode=disable", "trainer.total_training_steps=1")
+    SFTTrainer(_config(root, model, tmp_path / "a", *fresh)).fit()
+    aside = list((tmp_path / "a").glob("metrics.*.jsonl"))
+    assert len(aside) == 1 and aside[0].read_text() == earlier
+    assert [r["step"] for r in _rows(tmp_path / "a")] == [1]
+    assert len(list((tmp_path / "a").glob("final_hf.*"))) == 1
+    assert len(list((tmp_path / "a").glob("global_step_4.*"))) == 1  # the earlier checkpoints, not rotated out

@@ -108,6 +108,25 @@ def keep_changed_config(run_dir: str | os.PathLike[str], config: Any, *, stamp: 
     return _rename_aside(path, stamp or time.strftime("%Y%m%d-%H%M%S"))
 
 
+def set_aside_outputs(run_dir: str | os.PathLike[str], *, stamp: str | None = None) -> list[tuple[Path, Path]]:
+    """Rename aside what a run that starts from scratch in ``run_dir`` would overwrite; returns ``[(old, new)]``.
+
+    For trainers whose run folder is also their checkpoint root (``verl sft``): :data:`RUN_OUTPUTS`, the
+    ``global_step_N`` checkpoints with their tracker file, and ``config.yaml`` (with any of them), each renamed
+    to ``<name>.<stamp>`` as :func:`set_aside_earlier_run` does. The caller decides that the run is fresh.
+
+    Raises:
+        FileExistsError: no free ``<name>.<stamp>-N`` name (N up to 999).
+    """
+    run_dir = Path(run_dir)
+    stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
+    candidates = [run_dir / name for name in RUN_OUTPUTS] + _checkpoint_entries(run_dir, run_dir)
+    moved = [(path, _rename_aside(path, stamp)) for path in candidates if _holds_data(path)]
+    if moved and (run_dir / CONFIG_FILE).is_file():
+        moved.append((run_dir / CONFIG_FILE, _rename_aside(run_dir / CONFIG_FILE, stamp)))
+    return moved
+
+
 def _checkpoint_entries(root: Path, run_dir: Path) -> list[Path]:
     """The checkpoint root itself, or its ``global_step_N`` entries when the root holds the run folder."""
     from verl.trainer.checkpoint import TRACKER_FILE

@@ -182,10 +182,14 @@ class SFTTrainer:
             on_step: called as ``on_step(step, metrics)`` after each step's checkpoint (tests stop a run there).
         """
         from verl.config.dump import to_dict, to_yaml
+        from verl.trainer.earlier_run import set_aside_outputs
         from verl.trainer.tracking import Tracking
 
         t = self.config.trainer
-        self.resume()
+        if self.resume() == 0:
+            # A fresh run would rewind metrics.jsonl and replace final_hf/: keep the earlier run's files.
+            for old, moved in set_aside_outputs(self.run_dir):
+                logger.warning("earlier run's %s kept as %s", old, moved.name)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(self.config), encoding="utf-8")
         metrics: dict[str, float] = {}
