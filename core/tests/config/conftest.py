@@ -56,8 +56,8 @@ def default_table() -> dict[str, dict[str, Any]]:
     return {
         "platform": {"cpu": spec("cpu"), "cuda": spec("cuda")},
         "training_engine": {
-            "reference": spec("reference"),
-            "fsdp": spec("fsdp", FsdpOptions, capabilities=frozenset({"data_parallel"})),
+            "reference": spec("reference", capabilities=frozenset({"lora"})),
+            "fsdp": spec("fsdp", FsdpOptions, capabilities=frozenset({"data_parallel", "lora"})),
         },
         "rollout_engine": {
             "hf": spec("hf", capabilities=frozenset({"tensor_parallel", "async_server"})),

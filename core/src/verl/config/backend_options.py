@@ -152,6 +152,13 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
                 f"{name_key}=fsdp (from the verl checkout: pip install ./plugins/verl-fsdp) "
                 "or set trainer.n_gpus_per_node=1",
             )
+        lora_rank = cfg.actor_rollout_ref.model.lora_rank
+        if kind == "training_engine" and selection.role == "actor" and lora_rank > 0 and "lora" not in capabilities:
+            report.error(
+                f"{ARR}.model.lora_rank",
+                f"={lora_rank}, but training engine {name!r} cannot train LoRA adapters (capability 'lora'); use "
+                f"{name_key}=reference or fsdp, or set lora_rank=0",
+            )
         tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
         if kind == "rollout_engine" and tp > 1 and "tensor_parallel" not in capabilities:
             report.error(

@@ -20,7 +20,7 @@ Errors (all collected, then one :class:`ConfigError`):
 6. optimizer ranges (betas in [0, 1), clip_grad > 0, ratios in [0, 1]);
 7. trainer: ``resume_path`` needs ``resume_from_path``; ``controller: local`` needs world size 1;
    reward model needs a path; positive timeouts and worker counts; rollout placement, mode and
-   tensor-parallel size (:mod:`verl.config.validate_rollout`);
+   tensor-parallel size (:mod:`verl.config.validate_rollout`); LoRA keys (:mod:`verl.config.validate_lora`);
 8. values of verl keys that are not built (reward managers, optim.total_training_steps, checkpoint contents),
    refused with the alternative (:mod:`verl.config.validate_support`); verl's engine family, old names and
    switches (``model_engine``, ``actor.grad_clip``, ``optim.min_lr``, ...: :mod:`verl.config.validate_compat`);
@@ -46,6 +46,7 @@ from verl.config.validate_async import check_async_training
 from verl.config.validate_batch import ARR, check_batch_sizes, world_size
 from verl.config.validate_compat import check_compat
 from verl.config.validate_filter_groups import check_filter_groups
+from verl.config.validate_lora import check_lora
 from verl.config.validate_rollout import check_rollout
 from verl.config.validate_support import check_support
 
@@ -92,6 +93,7 @@ def validate_config(cfg: RootConfig) -> list[str]:
         _check_optim(report, "critic.optim", cfg.critic.optim)
     _check_trainer(cfg, report)
     check_rollout(cfg, report)
+    check_lora(cfg, report)
     check_agents(cfg, report)
     check_support(cfg, report)
     check_compat(cfg, report)

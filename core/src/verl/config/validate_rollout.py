@@ -33,7 +33,12 @@ NOT_BUILT: dict[str, tuple[object, str]] = {
     ),
     "expert_parallel_size": (1, "expert-parallel MoE rollout is not built (Megatron / MoE support, issue #17)"),
     "pipeline_model_parallel_size": (1, "pipeline-parallel rollout is not built; use tensor_model_parallel_size"),
-    "layered_summon": (False, "LoRA rollout sync is not built (LoRA / SFT, issue #21)"),
+    "layered_summon": (
+        False,
+        "the LoRA sync always sends merged weights (W + (alpha/r) B @ A), computed one weight at a time inside the "
+        "bucketed gather of update_weights_bucket_megabytes; verl's layer-by-layer FSDP summon is not a separate "
+        "mode here (docs/lora.md)",
+    ),
     "enable_rollout_routing_replay": (
         False,
         "MoE router replay (rollout routing recorded for the trainer) is not built (Megatron / MoE, issue #17)",

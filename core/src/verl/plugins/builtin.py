@@ -65,8 +65,9 @@ def verl_training_engines() -> list:
             # Plain torch on the platform's device: npu too (torch-npu); never run on an Ascend yet, the
             # npu(reference-hf) nox session is the check.
             devices=("cpu", "cuda", "npu"),
-            # Its module is a plain nn.Module a rollout engine can generate from (no second copy).
-            capabilities={"share_module"},
+            # Its module is a plain nn.Module a rollout engine can generate from (no second copy); it trains
+            # peft LoRA adapters (model.lora_rank > 0, docs/lora.md).
+            capabilities={"share_module", "lora"},
             merge_checkpoint=merge_reference_checkpoint,
         )
     ]

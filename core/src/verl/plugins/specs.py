@@ -219,7 +219,8 @@ class TrainingEngineSpec(_BackendSpec):
             of a shared device type.
         capabilities: feature flags (``{"lora", "offload"}``) checked at config load;
             ``data_parallel`` (may train on more than one worker), ``share_module`` (a rollout
-            engine may generate from its live module).
+            engine may generate from its live module), ``lora`` (trains peft LoRA adapters when
+            ``model.lora_rank > 0``; an engine without it is refused at config load).
         merge_checkpoint: ``merge_checkpoint(actor_folder, hf_source, out_folder) -> Path``, used
             by ``verl export``: one process turns an actor checkpoint this engine wrote (any
             world size) into a HF folder; ``hf_source`` holds the model's config and tokenizer.

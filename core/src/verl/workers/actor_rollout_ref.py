@@ -95,7 +95,13 @@ class ActorRolloutRefWorker(Worker):
                 device=device,
                 world_size=self.world_size,
             )
-        if self._is_ref and (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward):
+        needs_ref = self._is_ref and (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+        if needs_ref and getattr(self.actor, "lora", False):
+            from verl.engines.lora import AdapterDisabledReference
+
+            # verl: the reference policy of a LoRA actor is its own module with the adapters disabled.
+            self.ref = AdapterDisabledReference(self.actor)
+        elif needs_ref:
             spec = pm.get("training_engine", arr.ref.strategy or arr.actor.strategy)
             self.ref = spec.factory(
                 cfg,
@@ -385,6 +391,10 @@ class ActorRolloutRefWorker(Worker):
             self.actor.save_checkpoint(folder)
         else:
             torch.save(self.actor.state_dict(), folder / f"model_world_size_{self.world_size}_rank_{self.rank}.pt")
+        if getattr(self.actor, "lora", False):  # the adapter as a peft folder, for `verl export` (collective)
+            from verl.engines.lora import ADAPTER_DIR
+
+            self.actor.save_adapter(folder / ADAPTER_DIR)
         if self.rank == 0:
             self._write_export_info(folder)
 
@@ -405,7 +415,11 @@ class ActorRolloutRefWorker(Worker):
         hf_config.save_pretrained(str(hf))
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(str(hf))
-        info = {"strategy": self.config.actor_rollout_ref.actor.strategy, "world_size": self.world_size}
+        info: dict[str, Any] = {"strategy": self.config.actor_rollout_ref.actor.strategy, "world_size": self.world_size}
+        if getattr(self.actor, "lora", False):
+            from verl.engines.lora import ADAPTER_DIR
+
+            info["lora"] = {"adapter": ADAPTER_DIR, "base_model": str(self.model_path)}
         (folder / "checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -35,7 +35,7 @@ def verl_training_engines() -> list[TrainingEngineSpec]:
             options_cls=FSDPEngineOptions,
             devices=("cpu", "cuda", "npu"),
             # Trains on any number of workers; its module is sharded, so a rollout engine cannot share it.
-            capabilities={"data_parallel"},
+            capabilities={"data_parallel", "lora"},
             merge_checkpoint=merge_checkpoint,
         )
     ]

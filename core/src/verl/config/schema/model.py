@@ -51,6 +51,26 @@ class ModelConfig:
     enable_activation_offload: bool = fld(
         False, doc="keep the actor's activations saved for backward in host memory (no effect on cpu)"
     )
+    # LoRA through peft (verl's fsdp LoRA keys, verl/workers/config/model.py:HFModelConfig); docs/lora.md.
+    lora_rank: int = fld(0, doc="LoRA rank r of the actor (peft); 0 = full fine-tuning")
+    lora_alpha: int | float = fld(16, doc="LoRA scaling numerator: the update is (lora_alpha / lora_rank) * B @ A")
+    target_modules: str | list[str] = fld(
+        "all-linear", doc="modules given adapters: 'all-linear' (every linear but the LM head) or a list of names"
+    )
+    exclude_modules: str | list[str] | None = fld(
+        None, doc="modules never given adapters (names, or one regex as in peft); null = none"
+    )
+    target_parameters: list[str] | None = fld(
+        None, doc="verl's LoRA on bare nn.Parameters (MoE experts); not built, only null is accepted"
+    )
+    lora_adapter_path: str | None = fld(
+        None, doc="peft adapter folder to start from (its rank/alpha/targets are used); null = a fresh adapter"
+    )
+    use_shm: bool = fld(False, doc="verl: copy the model to /dev/shm before loading; not built, only false")
+    lora: FreeDict = free_dict(
+        doc="verl's Megatron LoRA section (rank, alpha, type, merge, ...); megatron here has no LoRA: its rank "
+        "must stay 0 (use lora_rank with the reference or fsdp engine)"
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -67,3 +87,8 @@ class CriticModelConfig:
     enable_gradient_checkpointing: bool = fld(True, doc="recompute activations in backward to save memory")
     trust_remote_code: bool = fld(False, doc="allow model/tokenizer code from the model repository")
     override_config: FreeDict = free_dict(doc="HF config values of the value model set before its weights load")
+    lora_rank: int = fld(0, doc="verl's critic LoRA rank; critic LoRA is not built, only 0 is accepted")
+    lora_alpha: int | float = fld(16, doc="verl's critic LoRA alpha; read only with critic.model.lora_rank > 0")
+    target_modules: str | list[str] = fld(
+        "all-linear", doc="verl's critic LoRA targets; read only with critic.model.lora_rank > 0"
+    )

@@ -122,7 +122,7 @@ def role_settings(
     """``(EngineSettings, optim section or None)`` of one role, from verl's keys (shared by every engine).
 
     * ``actor``: ``actor.ppo_*`` (mini-batch per rank = ``ppo_mini_batch_size * rollout.n / world_size``),
-      ``rollout.log_prob_*`` for its forward passes, ``actor.optim``;
+      ``rollout.log_prob_*`` for its forward passes, ``actor.optim``, the LoRA keys of ``model.*``;
     * ``ref``: ``ref.log_prob_*``, forward-only (optim ``None``);
     * ``critic``: :func:`critic_settings`, ``critic.optim``.
 
@@ -152,6 +152,7 @@ def role_settings(
             trust_remote_code=arr.model.trust_remote_code,
             override_config=dict(arr.model.override_config),
             enable_activation_offload=arr.model.enable_activation_offload,
+            lora=lora_settings(arr.model),
             **_token_stats_settings(arr.model, actor, actor.use_torch_compile),
         )
         return settings, actor.optim
@@ -171,6 +172,22 @@ def role_settings(
         )
         return settings, None
     raise ValueError(f"{engine} training engine: role must be 'actor', 'ref' or 'critic', got {role!r}")
+
+
+def lora_settings(model: Any) -> Any:
+    """:class:`verl.engines.lora.LoraSettings` from ``actor_rollout_ref.model.*``, or None when ``lora_rank`` is 0."""
+    if model.lora_rank <= 0:
+        return None
+    from verl.engines.lora import LoraSettings
+
+    return LoraSettings(
+        rank=model.lora_rank,
+        alpha=model.lora_alpha,
+        target_modules=model.target_modules,
+        exclude_modules=model.exclude_modules,
+        adapter_path=model.lora_adapter_path,
+        base_model=model.path,
+    )
 
 
 def _token_stats_settings(model: Any, role: Any, use_torch_compile: bool) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from verl.engines.micro_batch import fixed_size_plan, mini_batch_schedule, resto
 from verl.engines.optim import build_lr_scheduler, build_optimizer
 from verl.engines.packing import packed_token_plan
 from verl.engines.reference.log_probs import LogProbForward
+from verl.engines.reference.lora_weights import LoraWeights
 from verl.engines.reference.offload import HostOffload
 
 logger = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class EngineSettings:
             (``model.use_fused_kernels``, :mod:`verl.engines.fused_linear`); ``fused_kernels_backend`` is
             ``model.fused_kernel_options.impl_backend`` (only ``torch`` is built).
         enable_activation_offload: keep the activations saved for backward in host memory (training forwards).
+        lora: :class:`verl.engines.lora.LoraSettings` of a trainable engine (``model.lora_rank > 0``): peft
+            adapters on the module, only they are trained and checkpointed, weights are synced merged; None = off.
     """
 
     mini_batch_size: int = 8
@@ -98,9 +101,10 @@ class EngineSettings:
     use_fused_kernels: bool = False
     fused_kernels_backend: str = "torch"
     enable_activation_offload: bool = False
+    lora: Any = None
 
 
-class ReferenceTrainingEngine(HostOffload, LogProbForward):
+class ReferenceTrainingEngine(HostOffload, LogProbForward, LoraWeights):
     """Trains (or, with ``optim=None``, only evaluates) a causal LM in one process.
 
     Args:
@@ -153,12 +157,21 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward):
                 getattr(self.model.config, "_attn_implementation", None),
             )
         self.trainable = optim is not None
+        # LoRA: peft layers in place (self.model keeps its class and forward); base weights frozen.
+        self.peft_model = None
+        if settings.lora is not None and self.trainable:
+            from verl.engines.lora import apply_lora, lora_modules
+
+            self.peft_model = apply_lora(self.model, settings.lora)
+            self._lora_modules = lora_modules(self.model)
         if settings.gradient_checkpointing and self.trainable:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._setup_log_probs()
         # Distributed subclasses shard the module here, before the optimizer sees its parameters.
         self.model = self._wrap_model(self.model)
-        self.optimizer = build_optimizer(self.model.parameters(), optim) if self.trainable else None
+        # Only trainable parameters (all of them, or the LoRA adapters) get optimizer state.
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = build_optimizer(params, optim) if self.trainable else None
         self.lr_scheduler = (
             build_lr_scheduler(self.optimizer, optim, max(1, int(total_training_steps))) if self.trainable else None
         )
@@ -355,13 +368,13 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward):
         """
         self.onload()
         if layout is None:
-            for name, tensor in self.model.state_dict().items():
+            for name, tensor in self._sync_items():
                 yield name, tensor.detach()
             return
         from verl.engines.weight_sync.reshard import reshard_weights
 
         yield from reshard_weights(
-            self.model.state_dict().items(),
+            self._sync_items(),
             layout,
             bucket_bytes=bucket_bytes,
             rank=0,
@@ -374,7 +387,7 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward):
         """``(hf_name, shape)`` of what :meth:`iter_weights` (with ``layout``) will yield, without moving data."""
         from verl.engines.weight_sync.layout import local_shape
 
-        return [(n, local_shape(layout, n, tuple(t.shape), 0)) for n, t in self.model.state_dict().items()]
+        return [(n, local_shape(layout, n, shape, 0)) for n, shape in self._sync_manifest()]
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer and LR-scheduler state plus step counters (for checkpoints).
@@ -383,8 +396,13 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward):
         before training further.
         """
         self.onload()
+        model_state = self.model.state_dict()
+        if self.lora:  # the frozen base is the model folder itself: only the adapter is state
+            names = set(self._adapter_names())
+            model_state = {k: v for k, v in model_state.items() if k in names}
         state: dict[str, Any] = {
-            "model": self.model.state_dict(),
+            "model": model_state,
+            "lora": self.lora,
             "global_step": self.global_step,
             "skipped_steps": self.skipped_steps,
         }
@@ -394,9 +412,28 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output (strict: every model key must match)."""
+        """Restore :meth:`state_dict` output (strict: every model key must match; with LoRA every adapter key).
+
+        Raises:
+            ValueError: a LoRA state into an engine without LoRA or the reverse.
+        """
         self.onload()
-        self.model.load_state_dict(state["model"], strict=True)
+        if bool(state.get("lora", False)) != self.lora:
+            raise ValueError(
+                f"checkpoint {'has' if state.get('lora') else 'has no'} LoRA adapter but this engine has LoRA "
+                f"{'on' if self.lora else 'off'}: resume with the model.lora_rank it was saved with"
+            )
+        if self.lora:
+            expected = set(self._adapter_names())
+            if set(state["model"]) != expected:
+                raise ValueError(
+                    f"LoRA checkpoint adapter keys differ from this engine's: missing "
+                    f"{sorted(expected - set(state['model']))[:3]}, unexpected {sorted(set(state['model']) - expected)[:3]}"
+                    " (same lora_rank / target_modules as when it was saved?)"
+                )
+            self.model.load_state_dict(state["model"], strict=False)
+        else:
+            self.model.load_state_dict(state["model"], strict=True)
         self.global_step = int(state.get("global_step", 0))
         self.skipped_steps = int(state.get("skipped_steps", 0))
         if self.trainable and "optimizer" in state:
@@ -406,9 +443,18 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward):
     def save_hf(self, path: Any, tokenizer: Any = None) -> None:
         """Write the current weights (and ``tokenizer``) as a HF folder for ``from_pretrained``.
 
-        The exported config has ``use_cache: true`` (the engine turns the KV cache off for training).
+        The exported config has ``use_cache: true`` (the engine turns the KV cache off for training). With LoRA:
+        the merged weights as a plain HF model, and the adapter in ``<path>/lora_adapter/`` (a peft folder).
         """
         self.onload()
+        if self.lora:
+            from verl.engines.lora import ADAPTER_DIR, write_merged_hf
+
+            write_merged_hf(self.model.config, self._sync_items(), path)
+            self.save_adapter(f"{path}/{ADAPTER_DIR}")
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(path))
+            return
         self.model.config.use_cache = True
         try:
             self.model.save_pretrained(str(path))
