@@ -89,6 +89,14 @@ VALIDATED_ONLY: dict[str, str] = {
         for role in ("actor_rollout_ref.actor", "critic")
     },
     "trainer.use_legacy_worker_impl": "auto/disable = the engine workers, the only ones; enable is refused",
+    # verl's LoRA-adjacent keys whose feature is not built: config/validate_lora.py refuses any other value.
+    "actor_rollout_ref.model.use_shm": "shared-memory model loading is not built; true is refused",
+    "actor_rollout_ref.model.target_parameters": "LoRA on bare nn.Parameters is not built; only null is accepted",
+    "critic.model.lora_rank": "critic LoRA is not built; a value other than 0 is refused",
+    **{
+        f"critic.model.{name}": "read by verl only with critic.model.lora_rank > 0, which is refused"
+        for name in ("lora_alpha", "target_modules")
+    },
     **{
         f"{role}.ulysses_sequence_parallel_size": "Ulysses sequence parallelism is not built; a value other than "
         "1 (verl's default) is refused by config/validate_compat.py"

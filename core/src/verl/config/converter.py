@@ -200,11 +200,12 @@ _SCALARS = (int, float, str, bool)
 
 def _is_scalar_union(tp: Any) -> bool:
     """``float | str`` (optionally ``| None``): a union of two or more scalar types, e.g. a threshold given
-    as a number or as a ``"lower_upper"`` string."""
+    as a number or as a ``"lower_upper"`` string; also ``str | tuple[str, ...]`` (LoRA's ``target_modules``:
+    ``all-linear`` or a list of names), tried in annotation order."""
     if typing.get_origin(tp) not in (typing.Union, types.UnionType):
         return False
     members = [a for a in typing.get_args(tp) if a is not type(None)]
-    return len(members) > 1 and all(a in _SCALARS for a in members)
+    return len(members) > 1 and all(a in _SCALARS or a == tuple[str, ...] for a in members)
 
 
 def _make_scalar_union_hook(converter: cattrs.Converter):

@@ -54,13 +54,13 @@ class ModelConfig:
     # LoRA through peft (verl's fsdp LoRA keys, verl/workers/config/model.py:HFModelConfig); docs/lora.md.
     lora_rank: int = fld(0, doc="LoRA rank r of the actor (peft); 0 = full fine-tuning")
     lora_alpha: int | float = fld(16, doc="LoRA scaling numerator: the update is (lora_alpha / lora_rank) * B @ A")
-    target_modules: str | list[str] = fld(
+    target_modules: str | tuple[str, ...] = fld(
         "all-linear", doc="modules given adapters: 'all-linear' (every linear but the LM head) or a list of names"
     )
-    exclude_modules: str | list[str] | None = fld(
+    exclude_modules: str | tuple[str, ...] | None = fld(
         None, doc="modules never given adapters (names, or one regex as in peft); null = none"
     )
-    target_parameters: list[str] | None = fld(
+    target_parameters: tuple[str, ...] | None = fld(
         None, doc="verl's LoRA on bare nn.Parameters (MoE experts); not built, only null is accepted"
     )
     lora_adapter_path: str | None = fld(
@@ -89,6 +89,6 @@ class CriticModelConfig:
     override_config: FreeDict = free_dict(doc="HF config values of the value model set before its weights load")
     lora_rank: int = fld(0, doc="verl's critic LoRA rank; critic LoRA is not built, only 0 is accepted")
     lora_alpha: int | float = fld(16, doc="verl's critic LoRA alpha; read only with critic.model.lora_rank > 0")
-    target_modules: str | list[str] = fld(
+    target_modules: str | tuple[str, ...] = fld(
         "all-linear", doc="verl's critic LoRA targets; read only with critic.model.lora_rank > 0"
     )
