@@ -91,7 +91,7 @@ def test_hf_budget_must_hold_one_prompt(hf_checked) -> None:
         ("max_num_seqs=0", "must be >= 1"),
         ("expert_parallel_size=8", "issue #17"),
         ("data_parallel_size=2", "not built"),
-        ("layered_summon=True", "issue #21"),
+        ("layered_summon=True", "always sends merged weights"),
         ("enable_rollout_routing_replay=True", "issue #17"),
     ],
 )

@@ -6,6 +6,10 @@ Works for any world size and any training engine that provides ``merge_checkpoin
 ``reference`` engine, verl-fsdp's sharded DCP checkpoints, ...): the checkpoint's ``checkpoint.json``
 names the engine, its ``huggingface/`` folder holds the config and tokenizer. The merge runs in
 this one process, without a process group or accelerator.
+
+A LoRA checkpoint (``model.lora_rank > 0``) holds the adapter as a peft folder (``lora_adapter/``) and names its
+base model in ``checkpoint.json``: by default the adapter is merged into the base (a plain HF folder), with
+``--adapter`` the peft adapter folder itself is written (``PeftModel.from_pretrained(base, out)`` loads it).
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strategy", default=None, help="training engine that wrote it (default: read from checkpoint.json)"
     )
+    parser.add_argument(
+        "--adapter",
+        action="store_true",
+        help="LoRA checkpoint: write the peft adapter folder instead of the merged model",
+    )
 
 
 def _actor_folder(path: Path) -> Path:
@@ -44,7 +53,12 @@ class ExportSetupError(ValueError):
 
 
 def export_checkpoint(
-    checkpoint: str | Path, out: str | Path, *, hf_source: str | Path | None = None, strategy: str | None = None
+    checkpoint: str | Path,
+    out: str | Path,
+    *,
+    hf_source: str | Path | None = None,
+    strategy: str | None = None,
+    adapter: bool = False,
 ) -> tuple[Path, dict]:
     """Merge an actor checkpoint into the HF folder ``out``; returns ``(out, checkpoint.json contents)``.
 
@@ -53,6 +67,8 @@ def export_checkpoint(
         out: destination folder.
         hf_source: HF folder with the config + tokenizer (default: the checkpoint's ``huggingface/``).
         strategy: training engine that wrote it (default: ``checkpoint.json``'s ``strategy``).
+        adapter: LoRA checkpoint: copy its peft adapter folder instead of merging it (any other checkpoint: error).
+            A LoRA merge loads the base model from ``hf_source`` when given, else from ``checkpoint.json``.
 
     Raises:
         ExportSetupError: no such folder, unknown engine, no config, or an engine without ``merge_checkpoint``.
@@ -71,6 +87,8 @@ def export_checkpoint(
             f"{info_file} not found, so the engine that wrote {folder} is unknown; pass --strategy "
             "(e.g. --strategy reference or --strategy fsdp)"
         )
+    if "lora" in info or adapter:
+        return _export_lora(folder, info, Path(out).expanduser(), hf_source=hf_source, adapter=adapter)
     source = Path(hf_source).expanduser() if hf_source else folder / "huggingface"
     if not (source / "config.json").is_file():
         raise ExportSetupError(f"no config.json in {source}; pass --hf-source <HF model folder>")
@@ -82,6 +100,37 @@ def export_checkpoint(
     if spec.merge_checkpoint is None:
         raise ExportSetupError(no_merge_message(strategy, manager.provider("training_engine", strategy)))
     return spec.merge_checkpoint(folder, source, Path(out).expanduser()), {"strategy": strategy, **info}
+
+
+def _export_lora(
+    folder: Path, info: dict, out: Path, *, hf_source: str | Path | None, adapter: bool
+) -> tuple[Path, dict]:
+    """The LoRA branch of :func:`export_checkpoint`: the adapter folder, or the base merged with it."""
+    import shutil
+
+    from verl.engines.lora import merge_adapter_folder
+    from verl.engines.reference.export import copy_tokenizer
+
+    if "lora" not in info:
+        raise ExportSetupError(
+            f"--adapter: {folder} holds no LoRA adapter (its checkpoint.json has no 'lora' entry: trained with "
+            "actor_rollout_ref.model.lora_rank=0); export without --adapter"
+        )
+    adapter_dir = folder / info["lora"].get("adapter", "lora_adapter")
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise ExportSetupError(f"LoRA checkpoint {folder}: no peft adapter in {adapter_dir}")
+    if adapter:
+        shutil.copytree(adapter_dir, out, dirs_exist_ok=True)
+        return out, info
+    base = Path(hf_source).expanduser() if hf_source else Path(str(info["lora"].get("base_model", "")))
+    if not (base / "config.json").is_file():
+        raise ExportSetupError(
+            f"LoRA checkpoint {folder}: its base model {str(base)!r} is not a HF folder here; pass --hf-source "
+            "<base model folder> (or --adapter for the adapter alone)"
+        )
+    merge_adapter_folder(base, adapter_dir, out)
+    copy_tokenizer(folder / "huggingface" if (folder / "huggingface").is_dir() else base, out)
+    return out, info
 
 
 def no_merge_message(strategy: str, plugin: PluginInfo) -> str:
@@ -103,7 +152,9 @@ def no_merge_message(strategy: str, plugin: PluginInfo) -> str:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        out, info = export_checkpoint(args.checkpoint, args.out, hf_source=args.hf_source, strategy=args.strategy)
+        out, info = export_checkpoint(
+            args.checkpoint, args.out, hf_source=args.hf_source, strategy=args.strategy, adapter=args.adapter
+        )
     except ExportSetupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

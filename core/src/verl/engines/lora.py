@@ -196,16 +196,10 @@ def merged_weights(
             yield base_name, (w.detach().float() + delta.to(w.device)).to(w.dtype)
 
 
-def merged_manifest(
-    items: Iterable[tuple[str, tuple[int, ...]]], modules: dict[str, Any]
-) -> list[tuple[str, tuple[int, ...]]]:
-    """``(base name, global shape)`` of what :func:`merged_weights` yields, from ``(name, shape)`` pairs."""
-    out = []
-    for name, shape in items:
-        if is_adapter_key(name):
-            continue
-        out.append((name.replace(_BASE, ".", 1) if _BASE in name else name, tuple(shape)))
-    return out
+def base_name(name: str) -> str:
+    """The base model's name of a state-dict key of an adapted module (``q_proj.base_layer.weight`` ->
+    ``q_proj.weight``); other names unchanged."""
+    return name.replace(_BASE, ".", 1) if _BASE in name else name
 
 
 def adapter_state(items: Iterable[tuple[str, torch.Tensor]], peft_model: Any) -> dict[str, torch.Tensor]:

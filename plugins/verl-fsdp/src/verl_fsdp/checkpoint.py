@@ -3,7 +3,8 @@
 Layout of a checkpoint folder written by :func:`save_dcp` (every rank takes part):
 
 * ``*.distcp`` + ``.metadata``: DCP shards of ``{"model": ..., "optimizer": ...}`` (state-dict keys are
-  HF parameter names, flattened by DCP to ``model.<hf_name>``);
+  HF parameter names, flattened by DCP to ``model.<hf_name>``); with LoRA only the adapter parameters
+  (``...lora_A.default.weight``) and their optimizer state, the frozen base being the model folder;
 * ``extra_state_world_size_<W>_rank_<R>.pt``: LR scheduler state and step counters of rank ``R``;
 * ``verl_fsdp.json``: world size, mesh and trainability (written by rank 0);
 * ``hf_config/``: the model's HF config (rank 0), so :func:`merge_dcp_to_hf` needs no other source.
@@ -46,21 +47,43 @@ def save_dcp(engine: Any, folder: str | Path) -> None:
     if rank == 0:
         folder.mkdir(parents=True, exist_ok=True)
     dist.barrier()
+    options = _options(engine)
     if engine.trainable:
-        model_sd, optim_sd = get_state_dict(engine.model, [engine.optimizer])
-        state = {"model": model_sd, "optimizer": optim_sd}
+        model_sd, optim_sd = get_state_dict(engine.model, [engine.optimizer], options=options)
+        state = {"model": adapter_only(engine, model_sd), "optimizer": optim_sd}
     else:
-        state = {"model": get_model_state_dict(engine.model)}
+        state = {"model": get_model_state_dict(engine.model, options=options)}
     dcp.save(state, checkpoint_id=str(folder))
     extra: dict[str, Any] = {"global_step": engine.global_step, "skipped_steps": engine.skipped_steps}
     if engine.trainable:
         extra["lr_scheduler"] = engine.lr_scheduler.state_dict()
     torch.save(extra, _extra_file(folder, world, rank))
     if rank == 0:
-        meta = {"format": FORMAT, "world_size": world, "mesh": list(engine.mesh.shape), "trainable": engine.trainable}
+        meta = {
+            "format": FORMAT,
+            "world_size": world,
+            "mesh": list(engine.mesh.shape),
+            "trainable": engine.trainable,
+            "lora": bool(getattr(engine, "lora", False)),
+        }
         (folder / META_FILE).write_text(json.dumps(meta, indent=2))
         engine.model.config.save_pretrained(str(folder / HF_CONFIG_DIR))
     dist.barrier()
+
+
+def _options(engine: Any) -> StateDictOptions | None:
+    """With LoRA only the adapter (and its optimizer state) is saved: the frozen base is the model folder."""
+    state_options = getattr(engine, "state_options", None)
+    return state_options() if state_options is not None else None
+
+
+def adapter_only(engine: Any, model_sd: dict[str, Any]) -> dict[str, Any]:
+    """With LoRA, only the adapter entries: ``ignore_frozen_params`` keeps a tied alias of a frozen weight
+    (``lm_head.weight`` of a tied-embedding model), which is the model folder's, not training state."""
+    if not getattr(engine, "lora", False):
+        return model_sd
+    names = set(engine.adapter_names())
+    return {k: v for k, v in model_sd.items() if k in names}
 
 
 def load_dcp(engine: Any, folder: str | Path) -> None:
@@ -84,17 +107,28 @@ def load_dcp(engine: Any, folder: str | Path) -> None:
         )
     if engine.trainable and not meta.get("trainable", False):
         raise ValueError(f"checkpoint {folder} holds no optimizer state (saved by a forward-only engine)")
+    lora = bool(getattr(engine, "lora", False))
+    if bool(meta.get("lora", False)) != lora:
+        raise ValueError(
+            f"checkpoint {folder} was saved with LoRA {'on' if meta.get('lora') else 'off'} but this engine has "
+            f"LoRA {'on' if lora else 'off'}; resume with the model.lora_rank it was saved with"
+        )
+    options = _options(engine)
     if engine.trainable:
-        model_sd, optim_sd = get_state_dict(engine.model, [engine.optimizer])
-        state = {"model": model_sd, "optimizer": optim_sd}
+        model_sd, optim_sd = get_state_dict(engine.model, [engine.optimizer], options=options)
+        state = {"model": adapter_only(engine, model_sd), "optimizer": optim_sd}
         dcp.load(state, checkpoint_id=str(folder))
         set_state_dict(
-            engine.model, [engine.optimizer], model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+            engine.model,
+            [engine.optimizer],
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+            options=options,
         )
     else:
-        state = {"model": get_model_state_dict(engine.model)}
+        state = {"model": get_model_state_dict(engine.model, options=options)}
         dcp.load(state, checkpoint_id=str(folder))
-        set_model_state_dict(engine.model, state["model"])
+        set_model_state_dict(engine.model, state["model"], options=options)
     extra = torch.load(_extra_file(folder, world, rank), map_location="cpu", weights_only=True)
     engine.global_step = int(extra["global_step"])
     engine.skipped_steps = int(extra["skipped_steps"])

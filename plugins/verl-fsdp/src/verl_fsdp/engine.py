@@ -287,7 +287,7 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
 
             comm = torch.device("cpu") if self.mesh.device_type == "cpu" else self.device
             yield from reshard_weights(
-                self.model.state_dict().items(),
+                self._sync_items(),
                 layout,
                 bucket_bytes=int(bucket_bytes or self.bucket_bytes),
                 device=comm,
@@ -296,7 +296,9 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
             return
         bucket: list[tuple[str, torch.Tensor]] = []
         size = 0
-        for name, tensor in self.model.state_dict().items():
+        # With LoRA, adapted weights come merged (gathered whole while the stream reaches them, in the same order
+        # on every rank); the others stay shards and are gathered bucket by bucket.
+        for name, tensor in self._sync_items():
             bucket.append((name, tensor))
             size += tensor.numel() * tensor.element_size()
             if size >= self.bucket_bytes:
@@ -309,10 +311,22 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         from verl.engines.weight_sync.layout import local_shape
         from verl.engines.weight_sync.reshard import dedupe_tied
 
-        items = list(self.model.state_dict().items())
+        items = self._sync_named_tensors()
         if layout is not None:  # the resharded stream sends tied weights once
             items, _ = dedupe_tied(items)
         return [(name, local_shape(layout, name, tuple(t.shape), self.rank)) for name, t in items]
+
+    def _full_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self._mesh_full(tensor)
+
+    def _writes_files(self) -> bool:
+        return self.rank == 0
+
+    def state_options(self) -> Any:
+        """DCP state-dict options: with LoRA the frozen base is left out (it is the model folder itself)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(ignore_frozen_params=True, strict=False) if self.lora else None
 
     def _gather(self, bucket: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
         with torch.no_grad():
@@ -329,14 +343,15 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
 
         self.onload()
         state: dict[str, Any] = {
-            "model": get_model_state_dict(self.model),
+            "model": ckpt.adapter_only(self, get_model_state_dict(self.model, options=self.state_options())),
+            "lora": self.lora,
             "global_step": self.global_step,
             "skipped_steps": self.skipped_steps,
             "world_size": self.world_size,
             "rank": self.rank,
         }
         if self.trainable:
-            state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer)
+            state["optimizer"] = get_optimizer_state_dict(self.model, self.optimizer, options=self.state_options())
             state["lr_scheduler"] = self.lr_scheduler.state_dict()
         return state
 
@@ -355,11 +370,18 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
                 f"sharded engine state of rank {saved[1]}/{saved[0]} cannot be loaded by rank "
                 f"{self.rank}/{self.world_size}; resume with the same world size"
             )
-        set_model_state_dict(self.model, state["model"])
+        if bool(state.get("lora", False)) != self.lora:
+            raise ValueError(
+                f"sharded state {'with' if state.get('lora') else 'without'} a LoRA adapter cannot be loaded by an "
+                f"engine with LoRA {'on' if self.lora else 'off'}: resume with the model.lora_rank it was saved with"
+            )
+        if self.lora:
+            self._check_adapter_keys(state["model"])
+        set_model_state_dict(self.model, state["model"], options=self.state_options())
         self.global_step = int(state.get("global_step", 0))
         self.skipped_steps = int(state.get("skipped_steps", 0))
         if self.trainable and "optimizer" in state:
-            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
+            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=self.state_options())
             self.lr_scheduler.load_state_dict(state["lr_scheduler"])
 
     def save_checkpoint(self, folder: Any) -> None:
@@ -384,10 +406,14 @@ class FSDPTrainingEngine(ReferenceTrainingEngine):
         """
         self.onload()
         full = ckpt.full_state_dict_rank0(self.model)
-        if self.rank == 0:
+        if self.lora:  # merged weights as a plain HF model, and the peft adapter in lora_adapter/
+            if self.rank == 0:
+                ckpt.write_hf_folder(self.model.config, dict(self.merged(full.items())), path)
+            self.save_adapter(f"{path}/{self.adapter_dir}")
+        elif self.rank == 0:
             ckpt.write_hf_folder(self.model.config, full, path)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(str(path))
+        if self.rank == 0 and tokenizer is not None:
+            tokenizer.save_pretrained(str(path))
         del full
         dist.barrier()
 

@@ -8,16 +8,20 @@ overrides the two hooks :meth:`LoraWeights._full_tensor` and :meth:`LoraWeights.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, ClassVar
 
 import torch
+
+from verl.engines.lora import ADAPTER_DIR
 
 
 class LoraWeights:
     """Weight views of an engine that may train LoRA adapters (``model.lora_rank > 0``)."""
 
     peft_model: Any = None
+    #: Sub-folder of a HF export (``save_hf``) and of a checkpoint holding the peft adapter.
+    adapter_dir: ClassVar[str] = ADAPTER_DIR
     _lora_modules: dict[str, Any] = {}  # noqa: RUF012 - replaced per instance when LoRA is on
 
     @property
@@ -34,19 +38,41 @@ class LoraWeights:
         items = self.model.state_dict().items()
         if not self.lora:
             return iter(items)
+        return self.merged(items, self._full_tensor)
+
+    def merged(self, items: Iterable[tuple[str, torch.Tensor]], full: Any = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """:func:`verl.engines.lora.merged_weights` of this engine's adapted layers over ``items`` (state-dict
+        pairs of the adapted module, e.g. a gathered full state dict); ``full`` gathers a shard (default: none)."""
         from verl.engines.lora import merged_weights
 
-        return merged_weights(items, self._lora_modules, self._full_tensor)
+        return merged_weights(items, self._lora_modules, full or (lambda t: t))
+
+    def _sync_named_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """``(name the rollout gets, source tensor)`` without computing anything: with LoRA, base names and the
+        base weights (the merged weight has their shape and dtype), adapter keys dropped."""
+        from verl.engines.lora import base_name, is_adapter_key
+
+        items = list(self.model.state_dict().items())
+        if not self.lora:
+            return items
+        return [(base_name(n), t) for n, t in items if not is_adapter_key(n)]
 
     def _sync_manifest(self) -> list[tuple[str, tuple[int, ...]]]:
         """``(name, global shape)`` of :meth:`_sync_items`, without computing anything."""
-        from verl.engines.lora import merged_manifest
+        return [(n, tuple(t.shape)) for n, t in self._sync_named_tensors()]
 
-        shapes = [(n, tuple(t.shape)) for n, t in self.model.state_dict().items()]
-        return merged_manifest(shapes, self._lora_modules) if self.lora else shapes
+    def adapter_names(self) -> list[str]:
+        """Names (state-dict keys) of the trainable adapter parameters; empty when LoRA is off."""
+        return [n for n, p in self.model.named_parameters() if p.requires_grad] if self.lora else []
 
-    def _adapter_names(self) -> list[str]:
-        return [n for n, p in self.model.named_parameters() if p.requires_grad]
+    def _check_adapter_keys(self, model_state: dict[str, Any]) -> None:
+        """Raise ValueError unless ``model_state`` holds exactly this engine's adapter parameters."""
+        expected, got = set(self.adapter_names()), set(model_state)
+        if got != expected:
+            raise ValueError(
+                f"LoRA checkpoint adapter keys differ from this engine's: missing {sorted(expected - got)[:3]}, "
+                f"unexpected {sorted(got - expected)[:3]} (same lora_rank / target_modules as when it was saved?)"
+            )
 
     def save_adapter(self, folder: Any) -> Any:
         """Write the LoRA adapter as a peft folder (``adapter_config.json`` + ``adapter_model.safetensors``).

@@ -398,7 +398,7 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward, LoraWeights):
         self.onload()
         model_state = self.model.state_dict()
         if self.lora:  # the frozen base is the model folder itself: only the adapter is state
-            names = set(self._adapter_names())
+            names = set(self.adapter_names())
             model_state = {k: v for k, v in model_state.items() if k in names}
         state: dict[str, Any] = {
             "model": model_state,
@@ -424,13 +424,7 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward, LoraWeights):
                 f"{'on' if self.lora else 'off'}: resume with the model.lora_rank it was saved with"
             )
         if self.lora:
-            expected = set(self._adapter_names())
-            if set(state["model"]) != expected:
-                raise ValueError(
-                    f"LoRA checkpoint adapter keys differ from this engine's: missing "
-                    f"{sorted(expected - set(state['model']))[:3]}, unexpected {sorted(set(state['model']) - expected)[:3]}"
-                    " (same lora_rank / target_modules as when it was saved?)"
-                )
+            self._check_adapter_keys(state["model"])
             self.model.load_state_dict(state["model"], strict=False)
         else:
             self.model.load_state_dict(state["model"], strict=True)
@@ -448,10 +442,10 @@ class ReferenceTrainingEngine(HostOffload, LogProbForward, LoraWeights):
         """
         self.onload()
         if self.lora:
-            from verl.engines.lora import ADAPTER_DIR, write_merged_hf
+            from verl.engines.lora import write_merged_hf
 
             write_merged_hf(self.model.config, self._sync_items(), path)
-            self.save_adapter(f"{path}/{ADAPTER_DIR}")
+            self.save_adapter(f"{path}/{self.adapter_dir}")
             if tokenizer is not None:
                 tokenizer.save_pretrained(str(path))
             return
