@@ -31,6 +31,29 @@ def full_params(engine, trainable: bool) -> dict[str, torch.Tensor]:
     }
 
 
+def tp_rollout_weights(trainer, out: Path) -> dict[str, torch.Tensor]:
+    """Whole weights of a TP=2 hf rollout (built from the untrained base model) after one colocated sync."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from verl.engines.reference.rollout import HFRolloutEngine
+    from verl.engines.weight_sync.colocated import ColocatedCheckpointEngine, ColocatedOptions
+    from verl.testing.tiny import make_tiny_tokenizer
+
+    model_dir = out / "base_model"
+    if dist.get_rank() == 0:
+        make_tiny_model(seed=fs.MODEL_SEED).save_pretrained(str(model_dir))
+    dist.barrier()
+    rollout = HFRolloutEngine(model_dir, make_tiny_tokenizer(), fs.rollout_config(2), device="cpu")
+    section = SimpleNamespace(update_weights_bucket_megabytes=1)
+    ColocatedCheckpointEngine(section, options=ColocatedOptions(bucket_bytes=4096)).sync(trainer, rollout)
+    return {
+        n: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone()
+        for n, t in rollout.model.state_dict().items()
+    }
+
+
 def run(out: Path) -> None:
     import torch.distributed as dist
     from verl_fsdp.dist import ensure_process_group
@@ -70,6 +93,9 @@ def run(out: Path) -> None:
     res["logp2"] = eng.compute_log_prob(local).batch["old_log_probs"]
     res["ref2"] = ref.compute_log_prob(local).batch["old_log_probs"]
     eng.save_hf(out / "hf")
+    # Hybrid sync into a tensor-parallel (TP=2) hf rollout loaded from the base model: the merged weights are
+    # resharded into the rollout's layout (the reshard path, not the gather).
+    res["rollout_tp2"] = tp_rollout_weights(eng, out)
     # Resume into an engine whose own fresh adapter differs: the checkpoint must replace it.
     again = engine(seed=A_SEED + 7)
     again.load_checkpoint(out / "dcp")

@@ -76,6 +76,14 @@ def test_merged_sync_has_base_names_and_matches_the_reference_merge(lora_runs):
             assert torch.allclose(r["merged"][name], want, atol=ATOL, rtol=0), name
 
 
+def test_hybrid_sync_reshards_the_merged_weights_into_a_tp_rollout(lora_runs):
+    _, ranks, _ = lora_runs
+    for r in ranks:
+        got = r["rollout_tp2"]
+        for name, want in r["merged"].items():
+            assert torch.equal(got[name], want), name
+
+
 def test_adapter_only_dcp_checkpoint_resumes_exactly(lora_runs):
     import torch.distributed.checkpoint as dcp
 
