@@ -89,6 +89,10 @@ def run(out: Path) -> None:
     res["adapter"] = full_params(eng, trainable=True)
     eng.bucket_bytes = 4096  # several all-gather buckets
     res["merged"] = fs.weights(eng)
+    # Adapted weights are merged shard by shard (W and B split alike along rows): no rank holds a whole W.
+    from torch.distributed.tensor import DTensor
+
+    res["merged_as_shards"] = sum(isinstance(t, DTensor) for _, t in eng._sync_items() if t.dim() == 2)
     res["manifest"] = eng.weight_manifest()
     res["logp2"] = eng.compute_log_prob(local).batch["old_log_probs"]
     res["ref2"] = ref.compute_log_prob(local).batch["old_log_probs"]

@@ -70,6 +70,8 @@ def test_only_adapters_train_and_match_the_reference(lora_runs):
 def test_merged_sync_has_base_names_and_matches_the_reference_merge(lora_runs):
     _, ranks, oracle = lora_runs
     for r in ranks:
+        # 2-D weights stay shards: the 14 merged (2 layers x 7 linears), the embedding and the tied LM head.
+        assert r["merged_as_shards"] == 14 + 2
         assert list(r["merged"]) == list(oracle["merged"])
         assert r["manifest"] == [(n, tuple(t.shape)) for n, t in r["merged"].items()]
         for name, want in oracle["merged"].items():

@@ -35,9 +35,9 @@ NOT_BUILT: dict[str, tuple[object, str]] = {
     "pipeline_model_parallel_size": (1, "pipeline-parallel rollout is not built; use tensor_model_parallel_size"),
     "layered_summon": (
         False,
-        "the LoRA sync always sends merged weights (W + (alpha/r) B @ A), computed one weight at a time inside the "
-        "bucketed gather of update_weights_bucket_megabytes; verl's layer-by-layer FSDP summon is not a separate "
-        "mode here (docs/lora.md)",
+        "the LoRA sync always sends merged weights (W + (alpha/r) B @ A), each FSDP rank merging its own rows and "
+        "the result going through the bucketed gather / resharding like any weight; verl's layer-by-layer FSDP "
+        "summon is not a separate mode here (docs/lora.md)",
     ),
     "enable_rollout_routing_replay": (
         False,

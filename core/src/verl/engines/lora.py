@@ -133,6 +133,8 @@ def _load_adapter(model: torch.nn.Module, settings: LoraSettings) -> Any:
             f"the LoRA adapter {folder} (trained on base model {adapter_base!r}) does not fit the model "
             f"actor_rollout_ref.model.path={ours!r}: {str(exc).splitlines()[0][:300]}"
         ) from exc
+    if settings.base_model is not None:  # the adapter written from here on belongs to this base
+        peft_model.peft_config[ADAPTER_NAME].base_model_name_or_path = str(settings.base_model)
     if adapter_base and ours and Path(str(adapter_base)).name.lower() != Path(str(ours)).name.lower():
         # Same shapes, different names: a local copy of the same model often has another path, so only warn.
         logger.warning(
@@ -163,12 +165,14 @@ def merged_weights(
     Args:
         items: ``(name, tensor)`` of the adapted module's state dict, in order (tensors may be DTensor shards).
         modules: :func:`lora_modules` of that module.
-        full: turns a (sharded) tensor into the whole tensor; called for ``W``, ``A`` and ``B`` of each adapted
-            layer in state-dict order (collective under FSDP: every rank calls it in the same order).
+        full: turns a (sharded) tensor into the whole tensor; called for ``A`` of each adapted layer (and ``W``,
+            ``B`` unless they are row-sharded alike) in state-dict order (collective under FSDP: every rank calls it
+            in the same order).
 
     Yields:
         ``(base name, tensor)``: adapter keys dropped, ``<layer>.base_layer.<p>`` renamed ``<layer>.<p>``; merged
-        weights are new whole tensors in ``W``'s dtype and device, the others are passed through unchanged.
+        weights are new tensors in ``W``'s dtype and device (for FSDP's row-sharded ``W`` and ``B``: a DTensor
+        with ``W``'s sharding, each rank merging its own rows), the others are passed through unchanged.
 
     Raises:
         ValueError: an adapted layer whose weight is not a plain linear one (fan_in_fan_out / DoRA).
@@ -188,12 +192,46 @@ def merged_weights(
             continue
         if getattr(layer, "fan_in_fan_out", False) or layer.use_dora.get(ADAPTER_NAME, False):
             raise ValueError(f"LoRA layer {prefix}: only plain linear adapters are merged (no fan_in_fan_out / DoRA)")
+        scale = float(layer.scaling[ADAPTER_NAME])
         a = full(state[f"{prefix}.lora_A.{ADAPTER_NAME}.weight"])
-        b = full(state[f"{prefix}.lora_B.{ADAPTER_NAME}.weight"])
-        w = full(tensor)
+        b = state[f"{prefix}.lora_B.{ADAPTER_NAME}.weight"]
         with torch.no_grad():
-            delta = (b.float() @ a.float()) * float(layer.scaling[ADAPTER_NAME])
+            if _same_rows(tensor, b):
+                # Row-sharded W and B (FSDP's Shard(0) of two tensors with the same row count): each rank merges
+                # its own rows, W_rows + scale * B_rows @ A, and the result keeps W's sharding (no whole W).
+                from torch.distributed.tensor import DTensor
+
+                w_local, b_local = tensor.to_local(), b.to_local()
+                merged = w_local.float() + (b_local.float() @ a.float().to(b_local.device)) * scale
+                yield base_name, DTensor.from_local(
+                    merged.to(w_local.dtype),
+                    tensor.device_mesh,
+                    tensor.placements,
+                    run_check=False,
+                    shape=tensor.shape,
+                    stride=tensor.stride(),
+                )
+                continue
+            b, w = full(b), full(tensor)
+            delta = (b.float() @ a.float()) * scale
             yield base_name, (w.detach().float() + delta.to(w.device)).to(w.dtype)
+
+
+def _same_rows(w: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``w`` and ``b`` are DTensors split the same way along rows only (so their local rows match)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    if not (isinstance(w, DTensor) and isinstance(b, DTensor)):
+        return False
+    rows_only = all(isinstance(p, Replicate) or p == Shard(0) for p in w.placements)
+    return (
+        rows_only
+        and tuple(w.placements) == tuple(b.placements)
+        and w.device_mesh == b.device_mesh
+        and w.shape[0] == b.shape[0]
+        and w.to_local().shape[0] == b.to_local().shape[0]
+        and w.to_local().device == b.to_local().device
+    )
 
 
 def base_name(name: str) -> str:
