@@ -203,13 +203,16 @@ def merged_weights(
 
                 w_local, b_local = tensor.to_local(), b.to_local()
                 merged = w_local.float() + (b_local.float() @ a.float().to(b_local.device)) * scale
-                yield base_name, DTensor.from_local(
-                    merged.to(w_local.dtype),
-                    tensor.device_mesh,
-                    tensor.placements,
-                    run_check=False,
-                    shape=tensor.shape,
-                    stride=tensor.stride(),
+                yield (
+                    base_name,
+                    DTensor.from_local(
+                        merged.to(w_local.dtype),
+                        tensor.device_mesh,
+                        tensor.placements,
+                        run_check=False,
+                        shape=tensor.shape,
+                        stride=tensor.stride(),
+                    ),
                 )
                 continue
             b, w = full(b), full(tensor)
