@@ -176,6 +176,33 @@ def test_finished_run_reports_already_finished(workspace, full_run, capsys):
     assert "already finished" in capsys.readouterr().out
 
 
+def test_val_only_validates_a_checkpoint_and_trains_nothing(workspace, full_run, capsys):
+    """trainer.val_only on a folder holding the step-3 checkpoint: one validation of those weights, logged at
+    step 3 with the values the uninterrupted run logged there, no training row, no new checkpoint or export."""
+    run_dir = workspace["root"] / "run_val_only"
+    ckpt = run_dir / "ckpt"
+    ckpt.mkdir(parents=True)
+    shutil.copytree(full_run / "ckpt" / "global_step_3", ckpt / "global_step_3")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("3")
+    assert verl_main(_args(workspace, run_dir, "trainer.val_only=true")) == 0
+    assert "validation only (trainer.val_only) at step 3" in capsys.readouterr().out
+    rows = _metrics(run_dir)
+    assert [r["step"] for r in rows] == [3]
+    assert not any(k.startswith(("actor/", "critic/")) for k in rows[0])
+    expected = next(r for r in _metrics(full_run) if r["step"] == 3)
+    val = {k: v for k, v in rows[0].items() if k.startswith("val-")}
+    assert val and val == {k: expected[k] for k in val}
+    assert sorted(p.name for p in ckpt.iterdir()) == ["global_step_3", "latest_checkpointed_iteration.txt"]
+    assert not (run_dir / "final_hf").exists()
+
+
+def test_val_only_without_val_before_train_is_refused(workspace, tmp_path, capsys):
+    args = _args(workspace, tmp_path / "run", "trainer.val_only=true", "trainer.val_before_train=false")
+    assert verl_main(args) == 2
+    err = capsys.readouterr().err
+    assert "trainer.val_only" in err and "val_before_train=true" in err
+
+
 @pytest.mark.parametrize(
     "estimator",
     ["rloo", "remax", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg", "grpo_passk"],

@@ -170,7 +170,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir or default_run_dir(cfg.trainer.project_name, cfg.trainer.experiment_name))
     run_dir.mkdir(parents=True, exist_ok=True)
 
-    finished = _already_finished(cfg)
+    # val_only validates whatever the run folder holds, a finished run included.
+    finished = None if cfg.trainer.val_only else _already_finished(cfg)
     if finished is not None:
         _save_config(cfg, run_dir, base.describe())
         return _export_if_missing(finished, run_dir)
@@ -203,7 +204,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         try:
-            trainer.fit()
+            val = trainer.fit()
+            if cfg.trainer.val_only:
+                shown = ", ".join(f"{k}={v:.4f}" for k, v in sorted(val.items()) if k.startswith("val-core/"))
+                print(f"verl train: validation only (trainer.val_only) at step {trainer.global_steps}: {shown}")
+                exit_code = 0
+                return exit_code
             if trainer.already_finished:
                 exit_code = _export_if_missing(trainer.checkpoints.latest()[1], run_dir)
                 return exit_code

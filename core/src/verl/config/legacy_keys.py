@@ -21,6 +21,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from verl.config.errors import ConfigError, ConfigIssue
+from verl.config.tree_paths import MISSING, get_dotted, pop_dotted, set_dotted
 
 OLD_BUFFER = "reward_model.overlong_buffer"
 NEW_BUFFER = "reward_model.reward_kwargs.overlong_buffer_cfg"
@@ -35,39 +36,6 @@ GLOBAL_MICRO_BATCH = {
     "critic.ppo_micro_batch_size": "critic.ppo_micro_batch_size_per_gpu",
     "reward_model.micro_batch_size": "reward_model.micro_batch_size_per_gpu",
 }
-
-_MISSING = object()
-
-
-def _get(tree: Mapping[str, Any], dotted: str) -> Any:
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _pop(tree: MutableMapping[str, Any], dotted: str) -> Any:
-    *parents, leaf = dotted.split(".")
-    node: Any = tree
-    for part in parents:
-        if not isinstance(node, MutableMapping) or part not in node:
-            return _MISSING
-        node = node[part]
-    if not isinstance(node, MutableMapping) or leaf not in node:
-        return _MISSING
-    return node.pop(leaf)
-
-
-def _set(tree: MutableMapping[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node: Any = tree
-    for part in parents:
-        if not isinstance(node.get(part), MutableMapping):
-            node[part] = {}
-        node = node[part]
-    node[leaf] = value
 
 
 def _set_by_user(key: str, origins: Mapping[str, str], stop: str) -> str | None:
@@ -97,8 +65,8 @@ def apply_overlong_buffer(tree: MutableMapping[str, Any], origins: MutableMappin
         ConfigError: ``overlong_buffer`` is not a section; an unknown leaf (naming the four); a leaf, or
             ``max_resp_len``, also set under the new name with another value (naming both keys).
     """
-    section = _pop(tree, OLD_BUFFER)
-    if section is _MISSING or section is None:
+    section = pop_dotted(tree, OLD_BUFFER)
+    if section is MISSING or section is None:
         return
     if not isinstance(section, Mapping):
         raise ConfigError(
@@ -121,18 +89,18 @@ def apply_overlong_buffer(tree: MutableMapping[str, Any], origins: MutableMappin
             continue
         new = f"{NEW_BUFFER}.{leaf}"
         where = _set_by_user(new, origins, NEW_BUFFER)
-        current = _get(tree, new)
-        if where is not None and current is not _MISSING and current != value:
+        current = get_dotted(tree, new)
+        if where is not None and current is not MISSING and current != value:
             issues.append(
                 ConfigIssue(old, f"{old}={value!r} conflicts with {new}={current!r} ({where}); keep one of them")
             )
             continue
         moves.append((old, new, value))
     if moves:
-        max_len = _get(tree, "data.max_response_length")
+        max_len = get_dotted(tree, "data.max_response_length")
         where = _set_by_user(MAX_RESP_LEN, origins, "reward_model.reward_kwargs")
-        current = _get(tree, MAX_RESP_LEN)
-        if where is not None and current not in (_MISSING, None) and current != max_len:
+        current = get_dotted(tree, MAX_RESP_LEN)
+        if where is not None and current not in (MISSING, None) and current != max_len:
             issues.append(
                 ConfigIssue(
                     MAX_RESP_LEN,
@@ -146,7 +114,7 @@ def apply_overlong_buffer(tree: MutableMapping[str, Any], origins: MutableMappin
     if issues:
         raise ConfigError(issues)
     for old, new, value in moves:
-        _set(tree, new, value)
+        set_dotted(tree, new, value)
         source = origins.get(old) or origins.get(OLD_BUFFER)
         if old == "data.max_response_length":
             origins[new] = f"= data.max_response_length, as {OLD_BUFFER}.* in verl's DAPO recipe"
@@ -161,12 +129,12 @@ def apply_global_micro_batch(tree: MutableMapping[str, Any]) -> None:
         ConfigError: every such key set to anything but null, naming the per-GPU key and, when the world size
             (``trainer.nnodes x trainer.n_gpus_per_node``) divides the value, the per-GPU value verl would use.
     """
-    nnodes, per_node = _get(tree, "trainer.nnodes"), _get(tree, "trainer.n_gpus_per_node")
+    nnodes, per_node = get_dotted(tree, "trainer.nnodes"), get_dotted(tree, "trainer.n_gpus_per_node")
     world = nnodes * per_node if isinstance(nnodes, int) and isinstance(per_node, int) else None
     issues: list[ConfigIssue] = []
     for key, per_gpu in GLOBAL_MICRO_BATCH.items():
-        value = _pop(tree, key)
-        if value is _MISSING or value is None:
+        value = pop_dotted(tree, key)
+        if value is MISSING or value is None:
             continue
         if isinstance(value, int) and not isinstance(value, bool) and world and value % world == 0:
             fix = f"set {per_gpu}={value // world} (= {value} / world size {world}, what verl derives)"

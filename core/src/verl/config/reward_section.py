@@ -30,6 +30,7 @@ from typing import Any
 
 from verl.config.errors import ConfigError, ConfigIssue
 from verl.config.keys import schema_paths
+from verl.config.tree_paths import set_dotted
 
 SECTION = "reward"
 #: verl key under ``reward.`` -> our dotted key. ``reward_kwargs`` moves key by key.
@@ -81,16 +82,6 @@ def _leaves(node: Mapping[str, Any], prefix: str) -> list[tuple[str, Any]]:
         else:
             out.append((dotted, value))
     return out
-
-
-def _set(tree: MutableMapping[str, Any], dotted: str, value: Any) -> None:
-    *parents, leaf = dotted.split(".")
-    node: Any = tree
-    for part in parents:
-        if not isinstance(node.get(part), MutableMapping):
-            node[part] = {}
-        node = node[part]
-    node[leaf] = value
 
 
 def _target(key: str) -> str | None:
@@ -152,6 +143,6 @@ def apply_reward_section(tree: MutableMapping[str, Any], origins: MutableMapping
     if issues:
         raise ConfigError(issues)
     for full, target, value in moves:
-        _set(tree, target, value)
+        set_dotted(tree, target, value)
         source = origins.get(full)
         origins[target] = f"{source + ', ' if source else ''}as {full}"

@@ -287,6 +287,15 @@ def _check_trainer(cfg: RootConfig, report: IssueCollector) -> None:
             "(trainer.nnodes x trainer.n_gpus_per_node); set trainer.controller=ray or "
             "trainer.n_gpus_per_node=1",
         )
+    if trainer.val_only and not trainer.val_before_train:
+        # verl checks val_only inside its val_before_train branch: with it false, verl trains as if unset.
+        report.error(
+            "trainer.val_only",
+            "true with trainer.val_before_train=false: verl ignores val_only then and trains; "
+            "set trainer.val_before_train=true to only validate, or drop trainer.val_only",
+        )
+    if trainer.val_only and not cfg.data.val_files:
+        report.error("trainer.val_only", "true but data.val_files is null: there is nothing to validate")
     if trainer.test_freq > 0 and not cfg.data.val_files:
         report.warn("trainer.test_freq", f"{trainer.test_freq} but data.val_files is null: no validation will run")
     if trainer.critic_warmup > 0 and not cfg.critic.enable:

@@ -289,6 +289,18 @@ class PPOTrainer(StepStages, ValidationLoop):
 
     # ------------------------------------------------------------------ loop
 
+    def _validate_only(self) -> dict[str, float]:
+        """``trainer.val_only``: validate the loaded policy (the initial model, or the resumed checkpoint's) once,
+        log it at the current step, and return its metrics; nothing trains, saves or rewinds the log."""
+        if self.off_policy is None:
+            self.switcher.enter_generation()
+        else:
+            self.off_policy.rollout_version = self.global_steps
+        val = self.validate()
+        if val:
+            self.tracking.log(val, step=self.global_steps)
+        return val
+
     def fit(self) -> dict[str, float]:
         """Train until ``total_training_steps``; returns the last step's metrics.
 
@@ -299,6 +311,8 @@ class PPOTrainer(StepStages, ValidationLoop):
         """
         cfg = self.config.trainer
         self.load_checkpoint()
+        if cfg.val_only:
+            return self._validate_only()
         if self.global_steps >= self.total_training_steps:
             print(
                 f"verl train: already finished ({self.global_steps}/{self.total_training_steps} steps in "

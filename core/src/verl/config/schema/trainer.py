@@ -75,6 +75,11 @@ class TrainerConfig:
     resume_mode: ResumeMode = fld("auto", doc="auto: latest checkpoint if any; disable; resume_path")
     resume_from_path: str | None = fld(None, doc="checkpoint folder (global_step_N) for resume_mode=resume_path")
     val_before_train: bool = fld(True, doc="validate once before the first step")
+    val_only: bool = fld(
+        False,
+        doc="validate the loaded (or resumed) policy once, as the step-0 validation, and exit without training "
+        "(verl: only inside val_before_train)",
+    )
     critic_warmup: int = fld(0, doc="steps that train only the critic")
     default_local_dir: str | None = fld(None, doc="checkpoint root; null = checkpoints/<project>/<experiment>")
     max_actor_ckpt_to_keep: int | None = fld(None, doc="keep at most N actor checkpoints; null = all")
