@@ -17,6 +17,7 @@ from verl.trainer.trackers.curves import (
     curve_series,
     read_metrics,
     series,
+    sft_series,
     smoothed,
 )
 from verl.trainer.tracking import METRICS_FILE, Tracking
@@ -70,6 +71,25 @@ def png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR"
     return struct.unpack(">II", data[16:24])
+
+
+SFT_ROWS = [
+    {"step": 1, "train/loss": 1.4, "train/grad_norm": 2.5, "train/lr": 1e-6},
+    {"step": 2, "train/loss": 1.2, "train/grad_norm": 2.0, "train/lr": 2e-6, "val/loss": 1.3},
+]
+
+
+def test_sft_rows_get_loss_grad_norm_and_lr_panels(tmp_path: Path) -> None:
+    assert sft_series(ROWS) is None  # an RL run keeps score / response length / KL
+    panels = sft_series(SFT_ROWS)
+    assert panels == {
+        "loss": [Series("train/loss", [1, 2], [1.4, 1.2]), Series("val/loss", [2], [1.3])],
+        "grad norm": [Series("train/grad_norm", [1, 2], [2.5, 2.0])],
+        "learning rate": [Series("train/lr", [1, 2], [1e-6, 2e-6])],
+    }
+    pytest.importorskip("matplotlib")
+    out = curves.plot_metrics(SFT_ROWS, tmp_path / PNG_FILE, title="sft")
+    assert png_size(out) == (15 * 110, 4 * 110)
 
 
 def test_plot_writes_a_valid_png(tmp_path: Path) -> None:

@@ -1,11 +1,14 @@
 """``{run_dir}/metrics.png``: training curves (score, response length, KL) drawn from ``metrics.jsonl``.
 
-Three panels over the step axis:
+Three panels over the step axis for an RL run:
 
 * score — ``critic/score/mean`` per step, its trailing 3-step mean, and every ``val-core/*`` metric;
 * response length — ``response_length/mean`` (tokens);
 * KL — whichever of ``actor/kl_loss`` (KL loss, ``use_kl_loss``), ``actor/reward_kl_penalty`` (KL in reward)
   and ``actor/ppo_kl`` (old vs current policy) the run logged.
+
+A ``verl sft`` run (rows with ``train/loss`` and no RL score) gets its own three: loss (``train/loss``,
+``val/loss``), ``train/grad_norm`` and ``train/lr`` (:data:`SFT_PANELS`).
 
 The data comes from :func:`read_metrics` + :func:`curve_series` (pure functions, tested against the file);
 drawing needs matplotlib, the optional extra ``plot`` (``pip install './core[plot]'``). Figures are built
@@ -35,6 +38,8 @@ KL_KEYS = ("actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl")
 VAL_PREFIX = "val-core/"
 SMOOTH_WINDOW = 3
 PANELS = ("score", "response length", "KL")
+#: The panels of an SFT run (``verl sft``'s metric names, verl's): title -> keys.
+SFT_PANELS = {"loss": ("train/loss", "val/loss"), "grad norm": ("train/grad_norm",), "learning rate": ("train/lr",)}
 
 
 class Series(NamedTuple):
@@ -104,6 +109,15 @@ def curve_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Series]]:
         "response length": [series(rows, LENGTH_KEY)],
         "KL": [series(rows, k) for k in KL_KEYS],
     }
+    return {name: [s for s in items if s.steps] for name, items in panels.items()}
+
+
+def sft_series(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Series]] | None:
+    """The :data:`SFT_PANELS` series of an SFT run's rows; ``None`` for an RL run (a ``critic/score/mean``
+    value) or rows without any ``train/loss`` value. A metric without any finite value is left out."""
+    if series(rows, SCORE_KEY).steps or not series(rows, "train/loss").steps:
+        return None
+    panels = {name: [series(rows, k) for k in keys] for name, keys in SFT_PANELS.items()}
     return {name: [s for s in items if s.steps] for name, items in panels.items()}
 
 
@@ -188,6 +202,13 @@ def plot_metrics(rows: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[s
     """
     fig, (score_ax, length_ax, kl_ax) = new_figure(3, figsize=(15, 4))
     panels = curve_series(rows)
+    sft = sft_series(rows)
+    if sft is not None:
+        for ax, (name, items) in zip((score_ax, length_ax, kl_ax), sft.items(), strict=True):
+            _draw_lines(ax, items, name, f"no {' / '.join(SFT_PANELS[name])} logged")
+        if title:
+            fig.suptitle(title)
+        return save_figure(fig, out_png)
     draw_score(score_ax, rows)
     _draw_lines(length_ax, panels["response length"], "response length (tokens)", f"no {LENGTH_KEY} logged")
     _draw_lines(kl_ax, panels["KL"], "KL", "no KL metric logged (" + ", ".join(KL_KEYS) + ")")
