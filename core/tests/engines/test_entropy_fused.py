@@ -127,6 +127,20 @@ def test_fused_refuses_bad_shapes_and_biased_heads():
         check_fusable(model)
 
 
+def test_fused_refuses_a_lora_wrapped_lm_head_naming_the_fix():
+    pytest.importorskip("peft")
+    from verl.engines.lora import LoraSettings, apply_lora
+
+    model = make_tiny_model()
+    apply_lora(model, LoraSettings(rank=4, alpha=8, target_modules=["q_proj", "lm_head"]))
+    with pytest.raises(ValueError, match=r"LoRA adapters.*target_modules.*exclude_modules=\[lm_head\]"):
+        check_fusable(model)
+    # 'all-linear' leaves the head plain: the same model class is accepted.
+    plain = make_tiny_model()
+    apply_lora(plain, LoraSettings(rank=4, alpha=8, target_modules="all-linear"))
+    check_fusable(plain)
+
+
 # ---------------------------------------------------------------- the engine
 
 

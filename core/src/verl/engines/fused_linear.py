@@ -121,13 +121,23 @@ def check_fusable(model: torch.nn.Module) -> None:
 
     Raises:
         ValueError: no output embedding / base model, a biased head, logit soft-capping or a logit scale,
-            naming the model and ``use_fused_kernels=false``.
+            naming the model and ``use_fused_kernels=false``; a LoRA-wrapped head (``lm_head`` in
+            ``target_modules``), naming ``exclude_modules=[lm_head]`` as the fix.
     """
     name = type(model).__name__
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     base = getattr(model, getattr(model, "base_model_prefix", "") or "model", None)
     cfg = getattr(model, "config", None)
     why = None
+    # peft's LoRA layer wraps the head (``base_layer`` + ``lora_A``): it is no nn.Linear, and the fused path
+    # reads only ``weight``, so it would silently drop the adapter's B @ A term. Name the cause and the fix.
+    if getattr(head, "base_layer", None) is not None and hasattr(head, "lora_A"):
+        raise ValueError(
+            f"actor_rollout_ref.model.use_fused_kernels=true: the LM head of {name} carries LoRA adapters "
+            "(actor_rollout_ref.model.target_modules names lm_head), and the fused log-prob path uses the plain "
+            "head weight only; set actor_rollout_ref.model.exclude_modules=[lm_head] (or drop lm_head from "
+            "target_modules; 'all-linear' already leaves it out), or actor_rollout_ref.model.use_fused_kernels=false"
+        )
     if not isinstance(head, torch.nn.Linear) or base is None or base is model:
         why = "it has no plain linear LM head over a base model"
     elif head.bias is not None:
