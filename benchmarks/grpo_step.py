@@ -70,6 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -282,11 +283,19 @@ def child_env(args: argparse.Namespace, extra: dict[str, str] | None = None) -> 
 
 
 # ---------------------------------------------------------------------------------------------- running
-def run_child(cmd: list[str], cwd: Path, env: dict[str, str], log: Path, watch_file: Path | None = None) -> dict:
+def run_child(
+    cmd: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log: Path,
+    watch_file: Path | None = None,
+    on_poll: Callable[[int], None] | None = None,
+) -> dict:
     """Run ``cmd`` to completion; returns wall times, exit code, peak RSS and when lines of ``watch_file`` appeared.
 
     The child is reaped with ``os.wait4`` for its own ``ru_maxrss``; lines appended to ``watch_file`` are
-    stamped (``time.time()``) when first seen (polled every 0.2 s).
+    stamped (``time.time()``) when first seen (polled every 0.2 s). ``on_poll(pid)`` is called at every poll
+    while the child runs (``benchmarks/memory.py`` samples its RSS there).
     """
     seen: list[float] = []
     with open(log, "w") as out, CpuWatch() as watch:
@@ -300,6 +309,8 @@ def run_child(cmd: list[str], cwd: Path, env: dict[str, str], log: Path, watch_f
                 seen.extend([time.time()] * (complete - len(seen)))
             if pid:
                 break
+            if on_poll is not None:
+                on_poll(proc.pid)
             time.sleep(0.2)
         t_exit = time.time()
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -324,17 +335,39 @@ def tail(path: str, lines: int = 30) -> str:
         return ""
 
 
-def run_ours(side: str, rep: int, data: dict[str, Any], args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One ``verl train`` process of ``--steps`` steps; per-step timings from its ``metrics.jsonl``."""
-    cwd = work / f"{side}-rep{rep}"
+def merge_overrides(base: list[str], extra: list[str]) -> list[str]:
+    """``base`` ``key=value`` overrides with those of ``extra`` replacing the same keys in place (new keys appended)."""
+    new = dict(item.split("=", 1) for item in extra)
+    merged = [f"{k}={new.pop(k)}" if k in new else f"{k}={v}" for k, v in (item.split("=", 1) for item in base)]
+    return merged + [f"{k}={v}" for k, v in new.items()]
+
+
+def run_ours(
+    side: str,
+    rep: int,
+    data: dict[str, Any],
+    args: argparse.Namespace,
+    work: Path,
+    *,
+    extra: list[str] | None = None,
+    label: str | None = None,
+    on_poll: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """One ``verl train`` process of ``--steps`` steps; per-step timings from its ``metrics.jsonl``.
+
+    ``extra`` overrides replace the same keys of :func:`our_overrides` (``benchmarks/memory.py``'s variants);
+    ``label`` names the run folder (default ``<side>-rep<rep>``); ``on_poll`` goes to :func:`run_child`.
+    """
+    cwd = work / (label or f"{side}-rep{rep}")
     shutil.rmtree(cwd, ignore_errors=True)
     cwd.mkdir(parents=True)
     run_dir = cwd / "run"
     verl = Path(sys.executable).parent / "verl"
-    cmd = [str(verl) if verl.exists() else "verl", "train", str(EXAMPLE), *our_overrides(side, data, args, cwd)]
+    overrides = merge_overrides(our_overrides(side, data, args, cwd), extra or [])
+    cmd = [str(verl) if verl.exists() else "verl", "train", str(EXAMPLE), *overrides]
     cmd += ["--run-dir", str(run_dir)]
     env = child_env(args, VLLM_ENV if side == "ours-vllm" else None)
-    run = run_child(cmd, cwd, env, cwd / "train.log", watch_file=run_dir / "metrics.jsonl")
+    run = run_child(cmd, cwd, env, cwd / "train.log", watch_file=run_dir / "metrics.jsonl", on_poll=on_poll)
     steps = []
     metrics_file = run_dir / "metrics.jsonl"
     records = [json.loads(x) for x in metrics_file.read_text().splitlines()] if metrics_file.exists() else []
