@@ -305,11 +305,13 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for r in result["summary"]:
         if r["refusal"] is not None:
-            lines.append(f"| {r['variant']} | refused (exit {r['returncode']}): {r['refusal']} |" + " |" * 12)
+            # A config refusal or a crash before step 1: the error's last log lines instead of numbers.
+            lines.append(f"| {r['variant']} | no step (exit {r['returncode']}): {r['refusal']} |" + " |" * 12)
             continue
         s, w = r["stages_median"], r["window_peak_GB"]
+        name = r["variant"] + (f" (exit {r['returncode']})" if r["returncode"] != 0 else "")
         lines.append(
-            f"| {r['variant']} | {fmt(r['peak_rss_GB'])} | {fmt(r['this_over_trl'])} | {fmt(r['trl_over_this'])} | "
+            f"| {name} | {fmt(r['peak_rss_GB'])} | {fmt(r['this_over_trl'])} | {fmt(r['trl_over_this'])} | "
             f"{fmt(r['floor_GB'])} | {fmt(r['peak_over_floor'])} | {fmt(r['step_s_median'], '.1f')} | "
             f"{grpo_step.ratio(r['step_over_baseline'])} | {fmt(s['gen'], '.1f')} | {fmt(s['old_log_prob'], '.1f')} | "
             f"{fmt(s['update_actor'], '.1f')} | {fmt(w['gen'])} | {fmt(w['update'])} | {fmt_share(r['others_cpu'])} |"
