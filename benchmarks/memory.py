@@ -35,9 +35,10 @@ in a window is the largest VmRSS sampled in it, or the new VmHWM if the high-wat
 catches spikes shorter than a poll).
 
 Analytic floor: the RSS of a bare process that imports torch and transformers and loads the model in float32
-(measured in a child, ``ru_maxrss``, after reading every weight once: transformers maps an fp32 safetensors file
-into memory and its pages count only once touched; so it holds the 4 bytes of every parameter) plus 12 bytes (fp32 gradient and
-AdamW's two moments) per trained parameter, plus 4 bytes per new adapter parameter for LoRA. Parameter counts come
+(measured in a child, ``ru_maxrss``, after reading every weight once: transformers maps an fp32 safetensors
+file into memory and its pages count only once touched; so it holds the 4 bytes of every parameter) plus 12
+bytes (fp32 gradient and AdamW's two moments) per trained parameter, plus 4 bytes per new adapter parameter for
+LoRA. Parameter counts come
 from the model config on the meta device (tied weights once; LoRA through
 :func:`verl.engines.lora.adapter_param_count`, as ``scripts/lora_memory.py``). Nothing else (activations, the KV
 cache, the batch) is in it: it is what any AdamW step of this model needs.
