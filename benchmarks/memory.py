@@ -47,7 +47,6 @@ cache, the batch) is in it: it is what any AdamW step of this model needs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import shutil
 import sys
@@ -365,9 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     load_start = load_avg()
     python = None if args.skip_trl else grpo_step.ensure_trl_venv(args.trl_venv.expanduser())
-    versions = {k: metadata.version(k) for k in ("torch", "transformers")}
-    with contextlib.suppress(metadata.PackageNotFoundError):  # peft is needed by the LoRA variants only
-        versions["peft"] = metadata.version("peft")
+    versions = {k: metadata.version(k) for k in ("torch", "transformers", "peft")}
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="verl_memory_bench_"))
     work.mkdir(parents=True, exist_ok=True)
     data = grpo_step.prepare_data(work, grpo_step.PROMPTS_PER_STEP * args.steps)
