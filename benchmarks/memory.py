@@ -22,10 +22,18 @@ variant's keys on top (they replace the same keys, :func:`grpo_step.merge_overri
 TRL's side runs once, exactly as in ``grpo_step.py`` (gradient checkpointing off; its own venv).
 
 Protocol: one fresh process per variant of ``--steps`` steps (step 1 = warm-up, not counted), in the order given.
-Per run: peak RSS (``ru_maxrss`` from ``os.wait4``, as ``grpo_step.py``), median counted step seconds and the
+Per run: peak RSS, median counted step seconds and the
 ``gen`` / ``old_log_prob`` / ``update_actor`` stage medians (``metrics.jsonl``), TRL-peak / this-peak and its
 inverse, step time over the baseline's, and the CPU share other processes took (:class:`common.CpuWatch`). A run
 that exits before its first step (a refused combination) is recorded with the last lines of its log instead.
+
+Peak RSS: ``ru_maxrss`` from ``os.wait4`` (``grpo_step.py``'s figure) is NOT the lifetime peak of our process:
+the trainer restarts the kernel's high-water mark at every phase (``memory/<phase>/peak_*`` metrics,
+``verl/workers/switching.py`` -> ``CpuPlatform.reset_peak_memory_stats``: ``5`` into ``/proc/self/clear_refs``),
+and the exit ``ru_maxrss`` is that mark, so it only covers the last phase (measured: 3.09 GB ru_maxrss vs 4.24 GB
+inside the update). The peak reported here is the largest of ``ru_maxrss``, every sampled ``VmHWM`` and the
+trainer's own ``memory/<phase>/peak_reserved_gb`` (GiB, the same VmHWM read at each phase end); ``ru_maxrss`` is
+kept beside it. TRL's process resets nothing, so its ``ru_maxrss`` is its peak.
 
 RSS timeline: the parent reads ``VmRSS`` and ``VmHWM`` from ``/proc/<pid>/status`` every 0.2 s. Per counted
 step the generation window is ``[end - step, end - step + gen]`` and the update window ends ``update_weights``
@@ -47,6 +55,7 @@ cache, the batch) is in it: it is what any AdamW step of this model needs.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shutil
 import sys
@@ -77,6 +86,7 @@ VARIANTS: dict[str, list[str]] = {
 }
 TARGET = 1 / 3  # issue #21: our peak RSS <= 1/3 of TRL's
 GB = 1e9
+GIB = 1 << 30
 BARE_CODE = (
     "import sys, torch, transformers\n"
     "torch.set_num_threads(int(sys.argv[2]))\n"
@@ -194,14 +204,40 @@ def measure_bare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {"peak_rss_GB": run["peak_rss_GB"], "wall_s": run["wall_s"], "cpu": run["cpu"]}
 
 
+def phase_peaks_GB(metrics_file: Path) -> list[dict[str, float]]:
+    """Per logged step, the trainer's ``memory/<phase>/peak_reserved_gb`` (GiB) as GB: ``{phase: GB}``."""
+    if not metrics_file.exists():
+        return []
+    out = []
+    for line in metrics_file.read_text().splitlines():
+        rec = json.loads(line)
+        out.append(
+            {
+                k.split("/")[1]: v * GIB / GB
+                for k, v in rec.items()
+                if k.startswith("memory/") and k.endswith("/peak_reserved_gb")
+            }
+        )
+    return out
+
+
 def run_variant(name: str, data: dict[str, Any], args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One ``verl train`` process of variant ``name`` with the RSS timeline; stage-window peaks per counted step."""
+    """One ``verl train`` process of variant ``name`` with the RSS timeline; stage-window peaks per counted step.
+
+    ``peak_rss_GB`` is the true peak (see the module docstring), ``ru_maxrss_GB`` what ``os.wait4`` reported.
+    """
     sampler = RssSampler()
     run = grpo_step.run_ours("ours-hf", 1, data, args, work, extra=VARIANTS[name], label=name, on_poll=sampler)
     run["variant"] = name
     run["overrides"] = VARIANTS[name]
     run["rss_timeline"] = sampler.samples
     run["timeline_max_GB"] = max((s[1] for s in sampler.samples), default=math.nan) / GB
+    phases = phase_peaks_GB(work / name / "run" / "metrics.jsonl")
+    run["ru_maxrss_GB"] = run["peak_rss_GB"]
+    candidates = [run["ru_maxrss_GB"], *(s[2] / GB for s in sampler.samples), *(v for p in phases for v in p.values())]
+    run["peak_rss_GB"] = max(candidates)
+    for step, phase in zip(run["steps"], phases, strict=False):
+        step["phase_peak_GB"] = phase
     for step in run["steps"]:
         if math.isnan(step.get("t_logged", math.nan)):
             continue
@@ -229,6 +265,10 @@ def summarize(runs: list[dict[str, Any]], trl: dict[str, Any] | None, floors: di
             for k in ("gen", "update")
         }
         peak = run["peak_rss_GB"] if run["steps"] else math.nan
+        phase = {
+            k: max((s.get("phase_peak_GB", {}).get(k, math.nan) for s in counted), default=math.nan)
+            for k in ("gen", "train")
+        }
         floor = floors["lora" if run["variant"].startswith("lora") else "full"]
         rows.append(
             {
@@ -237,6 +277,8 @@ def summarize(runs: list[dict[str, Any]], trl: dict[str, Any] | None, floors: di
                 "refusal": run["refusal"],
                 "counted_steps": len(counted),
                 "peak_rss_GB": peak,
+                "ru_maxrss_GB": run["ru_maxrss_GB"],
+                "phase_peak_GB": phase,
                 "this_over_trl": peak / trl_peak,
                 "trl_over_this": trl_peak / peak,
                 "floor_GB": floor,
@@ -303,13 +345,14 @@ def markdown(result: dict[str, Any]) -> str:
         + (f" (exit {trl['returncode']}, others' CPU {fmt_share(trl['cpu']['others_cpu'])})" if trl else " (not run)"),
         "",
         "| variant | peak RSS GB | this / TRL | TRL / this | floor GB | peak / floor | s/step | vs baseline | gen s | "
-        "old_log_prob s | update_actor s | peak in gen GB | peak in update GB | others' CPU |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "old_log_prob s | update_actor s | peak in gen GB | peak in update GB | trainer gen / train peak GB | "
+        "others' CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["summary"]:
         if r["refusal"] is not None:
             # A config refusal or a crash before step 1: the error's last log lines instead of numbers.
-            lines.append(f"| {r['variant']} | no step (exit {r['returncode']}): {r['refusal']} |" + " |" * 12)
+            lines.append(f"| {r['variant']} | no step (exit {r['returncode']}): {r['refusal']} |" + " |" * 13)
             continue
         s, w = r["stages_median"], r["window_peak_GB"]
         name = r["variant"] + (f" (exit {r['returncode']})" if r["returncode"] != 0 else "")
@@ -317,7 +360,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {name} | {fmt(r['peak_rss_GB'])} | {fmt(r['this_over_trl'])} | {fmt(r['trl_over_this'])} | "
             f"{fmt(r['floor_GB'])} | {fmt(r['peak_over_floor'])} | {fmt(r['step_s_median'], '.1f')} | "
             f"{grpo_step.ratio(r['step_over_baseline'])} | {fmt(s['gen'], '.1f')} | {fmt(s['old_log_prob'], '.1f')} | "
-            f"{fmt(s['update_actor'], '.1f')} | {fmt(w['gen'])} | {fmt(w['update'])} | {fmt_share(r['others_cpu'])} |"
+            f"{fmt(s['update_actor'], '.1f')} | {fmt(w['gen'])} | {fmt(w['update'])} | "
+            f"{fmt(r['phase_peak_GB']['gen'])} / {fmt(r['phase_peak_GB']['train'])} | {fmt_share(r['others_cpu'])} |"
         )
     lines += [
         "",
@@ -329,15 +373,19 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['floors']['full']:.2f} GB; LoRA r={LORA_RANK} ({counts['lora']['adapter']:,} adapter parameters) "
         f"{result['floors']['lora']:.2f} GB. vs baseline = s/step over the baseline's (> 1: the saving costs time). "
         "Peak in gen / update = the RSS timeline's peak inside those stage windows of the counted steps (see the "
-        "docstring; '-' = no sample). others' CPU = the machine share other processes took during the run.",
+        "docstring; '-' = no sample); trainer gen / train peak = its own `memory/gen|train/peak_reserved_gb` "
+        "(VmHWM at each phase end, converted from GiB). Peak RSS = the largest of ru_maxrss, every sampled VmHWM and "
+        "those: the trainer restarts VmHWM at each phase, so ru_maxrss alone covers only the last phase. "
+        "others' CPU = the machine share other processes took during the run.",
         "",
-        "| run | exit | steps (s; * = warm-up) | peak RSS GB (ru_maxrss) | timeline max GB | overrides |",
-        "|---|---|---|---|---|---|",
+        "| run | exit | steps (s; * = warm-up) | peak RSS GB | ru_maxrss GB | timeline max VmRSS GB | overrides |",
+        "|---|---|---|---|---|---|---|",
     ]
     for run in result["runs"]:
         secs = ", ".join(("*" if i == 0 else "") + f"{s['seconds']:.1f}" for i, s in enumerate(run["steps"]))
         lines.append(
             f"| {run['variant']} | {run['returncode']} | {secs or '-'} | {run['peak_rss_GB']:.2f} | "
+            f"{run['ru_maxrss_GB']:.2f} | "
             f"{fmt(run['timeline_max_GB'])} | {' '.join(run['overrides']) or '-'} |"
         )
     return "\n".join(lines)
