@@ -127,6 +127,23 @@ def test_fused_refuses_bad_shapes_and_biased_heads():
         check_fusable(model)
 
 
+def test_fused_forward_keeps_plain_calls_for_a_sharing_rollout():
+    # The hf rollout generates through the actor's own module: a call without labels must still give logits.
+    from verl.engines.fused_linear import install_fused_forward
+
+    model = make_tiny_model()
+    ids = torch.randint(0, 104, (2, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        install_fused_forward(model)
+        install_fused_forward(model)  # twice: still one level of patching
+        after = model(input_ids=ids).logits
+        lp, _ = model(input_ids=ids, select=3, labels=ids[:, -3:], temperature=1.0)
+    torch.testing.assert_close(after, before)
+    ref = torch.log_softmax(before[:, -4:-1], -1).gather(-1, ids[:, -3:, None])[..., 0]
+    torch.testing.assert_close(lp, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_fused_refuses_a_lora_wrapped_lm_head_naming_the_fix():
     pytest.importorskip("peft")
     from verl.engines.lora import LoraSettings, apply_lora

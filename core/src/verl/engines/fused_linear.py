@@ -153,13 +153,19 @@ def check_fusable(model: torch.nn.Module) -> None:
 
 def _fused_forward(
     self: torch.nn.Module,
-    *,
-    select: int | torch.Tensor,
-    labels: torch.Tensor,
-    temperature: float,
+    *args: Any,
+    select: int | torch.Tensor | None = None,
+    labels: torch.Tensor | None = None,
+    temperature: float | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     **model_inputs: Any,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> Any:
+    if labels is None:
+        # A plain call (no labels): the model's own forward. The hf rollout shares this module with the actor
+        # (hybrid engine, share_module) and generates through it, so the patch must not break ordinary calls.
+        return self._verl_plain_forward(*args, **model_inputs)
+    if args or select is None or temperature is None:
+        raise TypeError("the fused forward takes keyword inputs with select=, labels= and temperature=")
     base = getattr(self, self.base_model_prefix)
     hidden = base(**model_inputs, use_cache=False).last_hidden_state
     # The hidden state at position p scores token p + 1 (as the logits do in the plain path).
@@ -174,11 +180,14 @@ def install_fused_forward(model: torch.nn.Module) -> None:
     The new ``model(select=..., labels=..., temperature=..., **inputs)`` runs the base model, keeps the hidden
     states at ``select`` (an int ``k``: the last ``k + 1`` positions but the final one, per row; a 1-D index
     tensor: those positions of the single packed row) and applies :func:`fused_log_probs_and_entropy` with the
-    output embedding. Patching the instance (not the class, as verl does) keeps other models of the class intact
+    output embedding. A call without ``labels`` runs the model's original forward (logits), so a rollout engine
+    sharing the module (the ``hf`` rollout in the hybrid engine) still generates with it. Patching the instance (not the class, as verl does) keeps other models of the class intact
     and keeps module hooks (FSDP2's all-gathers) around the call.
 
     Raises:
         ValueError: :func:`check_fusable` refuses the model.
     """
     check_fusable(model)
+    if not hasattr(model, "_verl_plain_forward"):  # installing twice must not wrap the fused forward itself
+        model._verl_plain_forward = model.forward
     model.forward = types.MethodType(_fused_forward, model)
