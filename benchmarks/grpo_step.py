@@ -46,7 +46,9 @@ never part of a step), peak RSS of each process and the ratios TRL/ours.
   step: forward + backward of 4 micro-batches, clipping, optimizer step).
 * Start-up, ours: (when the step-1 line appeared in ``metrics.jsonl``, polled every 0.2 s) - launch - step-1
   time. TRL: the step-1 ``on_step_begin`` stamp - launch.
-* Peak RSS: ``ru_maxrss`` from ``os.wait4`` on the child. Linux reports the largest of the child and its own
+* Peak RSS: the largest of the trainer's per-phase peaks (``memory/<phase>/peak_reserved_gb``; the trainer restarts
+  the kernel's high-water mark at each phase, so the exit ``ru_maxrss`` alone covers only the last one) and
+  ``ru_maxrss`` from ``os.wait4`` on the child (TRL's side resets nothing: its ``ru_maxrss`` is its peak). Linux reports the largest of the child and its own
   waited-for descendants (a maximum, not a sum); ``verl train`` and the TRL side run everything in one process
   (vLLM in-process, rewards in threads), so this is the process's own peak.
 * Other load: a :class:`benchmarks.common.CpuWatch` around each run gives the CPU share that processes other than
@@ -388,6 +390,17 @@ def run_ours(
     startup = steps[0]["t_logged"] - run["t_launch"] - steps[0]["seconds"] if steps else math.nan
     tail_s = run["t_exit"] - steps[-1]["t_logged"] if steps else math.nan
     resolved = run_dir / "config.yaml"
+    # The trainer restarts the kernel's RSS high-water mark at every phase (CpuPlatform.reset_peak_memory_stats:
+    # /proc/self/clear_refs), so the exit ru_maxrss covers the last phase only; each phase's own peak is logged as
+    # memory/<phase>/peak_reserved_gb (GiB). The process's peak is the largest of them.
+    phase_peaks = [
+        v * 2**30 / 1e9
+        for rec in records
+        for k, v in rec.items()
+        if k.startswith("memory/") and k.endswith("/peak_reserved_gb") and isinstance(v, int | float)
+    ]
+    run["ru_maxrss_GB"] = run["peak_rss_GB"]
+    run["peak_rss_GB"] = max([run["peak_rss_GB"], *phase_peaks])
     return {
         "side": side,
         "rep": rep,

@@ -233,8 +233,8 @@ def run_variant(name: str, data: dict[str, Any], args: argparse.Namespace, work:
     run["rss_timeline"] = sampler.samples
     run["timeline_max_GB"] = max((s[1] for s in sampler.samples), default=math.nan) / GB
     phases = phase_peaks_GB(work / name / "run" / "metrics.jsonl")
-    run["ru_maxrss_GB"] = run["peak_rss_GB"]
-    candidates = [run["ru_maxrss_GB"], *(s[2] / GB for s in sampler.samples), *(v for p in phases for v in p.values())]
+    # run_ours already took the largest of ru_maxrss (kept as ru_maxrss_GB) and the trainer's phase peaks.
+    candidates = [run["peak_rss_GB"], *(s[2] / GB for s in sampler.samples), *(v for p in phases for v in p.values())]
     run["peak_rss_GB"] = max(candidates)
     for step, phase in zip(run["steps"], phases, strict=False):
         step["phase_peak_GB"] = phase
