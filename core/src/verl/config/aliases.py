@@ -29,6 +29,7 @@ from typing import Any
 
 from verl.config.errors import ConfigError, ConfigIssue
 from verl.config.resolve import strategy_for
+from verl.config.tree_paths import MISSING, get_dotted
 
 #: verl section -> (the section holding its engine_kwargs, the key naming its training engine, fallback key).
 SECTION_ALIASES: dict[str, tuple[str, str, str | None]] = {
@@ -72,9 +73,8 @@ def _node(tree: MutableMapping[str, Any], path: list[str], create: bool) -> Muta
 
 
 def _get(tree: MutableMapping[str, Any], dotted: str) -> Any:
-    *parents, leaf = dotted.split(".")
-    node = _node(tree, parents, create=False)
-    return None if node is None else node.get(leaf)
+    value = get_dotted(tree, dotted)
+    return None if value is MISSING else value
 
 
 def _default_strategy(tree: MutableMapping[str, Any]) -> str:

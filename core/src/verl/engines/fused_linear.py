@@ -181,7 +181,8 @@ def install_fused_forward(model: torch.nn.Module) -> None:
     states at ``select`` (an int ``k``: the last ``k + 1`` positions but the final one, per row; a 1-D index
     tensor: those positions of the single packed row) and applies :func:`fused_log_probs_and_entropy` with the
     output embedding. A call without ``labels`` runs the model's original forward (logits), so a rollout engine
-    sharing the module (the ``hf`` rollout in the hybrid engine) still generates with it. Patching the instance (not the class, as verl does) keeps other models of the class intact
+    sharing the module (the ``hf`` rollout in the hybrid engine) still generates with it. Patching the instance
+    (not the class, as verl does) keeps other models of the class intact
     and keeps module hooks (FSDP2's all-gathers) around the call.
 
     Raises:

@@ -289,13 +289,18 @@ class PPOTrainer(StepStages, ValidationLoop):
 
     # ------------------------------------------------------------------ loop
 
-    def _validate_only(self) -> dict[str, float]:
-        """``trainer.val_only``: validate the loaded policy (the initial model, or the resumed checkpoint's) once,
-        log it at the current step, and return its metrics; nothing trains, saves or rewinds the log."""
+    def _start_generation(self) -> None:
+        """Before the first generation of :meth:`fit`: the hybrid engine's training engines leave the devices to
+        the (awake) rollout; a standalone rollout pool already holds the loaded (or initial) weights."""
         if self.off_policy is None:
             self.switcher.enter_generation()
         else:
             self.off_policy.rollout_version = self.global_steps
+
+    def _validate_only(self) -> dict[str, float]:
+        """``trainer.val_only``: validate the loaded policy (the initial model, or the resumed checkpoint's) once,
+        log it at the current step, and return its metrics; nothing trains, saves or rewinds the log."""
+        self._start_generation()
         val = self.validate()
         if val:
             self.tracking.log(val, step=self.global_steps)
@@ -321,11 +326,7 @@ class PPOTrainer(StepStages, ValidationLoop):
             self.already_finished = True
             return {}
         self.tracking.rewind(self.global_steps)
-        if self.off_policy is None:
-            # Generation comes first: the training engines leave the devices to the (awake) rollout.
-            self.switcher.enter_generation()
-        else:  # the standalone pool holds the loaded (or initial) weights; nothing switches devices
-            self.off_policy.rollout_version = self.global_steps
+        self._start_generation()
         if cfg.val_before_train and self.global_steps == 0:
             val = self.validate()
             if val:
