@@ -67,3 +67,39 @@ def test_adapter_path_needs_lora_on_and_critic_lora_is_refused() -> None:
     issues = _issues([f"{MODEL}.lora_adapter_path=/some/adapter", "critic.model.lora_rank=8"])
     assert "set actor_rollout_ref.model.lora_rank > 0" in issues[f"{MODEL}.lora_adapter_path"]
     assert "critic LoRA is not built" in issues["critic.model.lora_rank"]
+
+
+def test_lora_merge_false_needs_a_rollout_that_serves_adapters() -> None:
+    """verl's ``model.lora.merge=false`` (serve the adapter) with the hf rollout, which cannot: refused with the
+    fix; ``true`` (merged weights) and unset load."""
+    issues = _issues([f"{MODEL}.lora_rank=8", f"{MODEL}.lora={{merge: false}}", "actor_rollout_ref.rollout.name=hf"])
+    assert "rollout engine 'hf' cannot serve adapters" in issues[f"{MODEL}.lora.merge"]
+    assert "lora.merge=true" in issues[f"{MODEL}.lora.merge"]
+    load_config(overrides=[f"{MODEL}.lora_rank=8", f"{MODEL}.lora={{merge: true}}"])
+    issues = _issues([f"{MODEL}.lora_rank=8", f"{MODEL}.lora={{merge: maybe}}"])
+    assert "must be true or false" in issues[f"{MODEL}.lora.merge"]
+
+
+@pytest.mark.parametrize(
+    ("rank", "lora", "capabilities", "placement", "expected"),
+    [
+        (8, {}, {"lora_adapters"}, None, True),  # verl's default merge=false, on an engine that can
+        (8, {"merge": False}, {"lora_adapters"}, "hybrid", True),
+        (8, {"merge": True}, {"lora_adapters"}, None, False),  # merged weights asked for
+        (8, {}, {"tensor_parallel"}, None, False),  # the engine cannot serve adapters: merged
+        (8, {}, {"lora_adapters"}, "standalone", False),  # a rollout pool of its own gets merged weights
+        (0, {}, {"lora_adapters"}, None, False),  # no LoRA
+    ],
+)
+def test_serves_lora_adapters_rule(rank, lora, capabilities, placement, expected) -> None:
+    from types import SimpleNamespace
+
+    from verl.config import serves_lora_adapters
+
+    cfg = SimpleNamespace(
+        actor_rollout_ref=SimpleNamespace(
+            model=SimpleNamespace(lora_rank=rank, lora=lora),
+            rollout=SimpleNamespace(placement=placement, nnodes=0),
+        )
+    )
+    assert serves_lora_adapters(cfg, frozenset(capabilities)) is expected

@@ -44,6 +44,7 @@ from verl.config.schema import (
 )
 from verl.config.validate import validate_config
 from verl.config.validate_batch import world_size
+from verl.config.validate_lora import serves_lora_adapters
 
 __all__ = [
     "CONFIG_FILENAME",
@@ -78,6 +79,7 @@ __all__ = [
     "replace_path",
     "resolve_config",
     "role_options",
+    "serves_lora_adapters",
     "role_selection",
     "save_resolved_config",
     "structure_options",

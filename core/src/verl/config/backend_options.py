@@ -28,6 +28,7 @@ from verl.config.engine_options import role_options, selected_roles
 from verl.config.errors import ConfigError, IssueCollector
 from verl.config.resolve import resolve_config
 from verl.config.schema import RootConfig
+from verl.config.validate_lora import check_lora_serving
 
 logger = logging.getLogger("verl.config")
 
@@ -159,6 +160,8 @@ def validate_backend_options(cfg: RootConfig, plugin_manager: Any | None = None)
                 f"={lora_rank}, but training engine {name!r} cannot train LoRA adapters (capability 'lora'); use "
                 f"{name_key}=reference or fsdp, or set lora_rank=0",
             )
+        if kind == "rollout_engine":
+            check_lora_serving(cfg, name, capabilities, report)
         tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
         if kind == "rollout_engine" and tp > 1 and "tensor_parallel" not in capabilities:
             report.error(

@@ -3,7 +3,9 @@
 Whether the training engine can train adapters is its ``lora`` capability, checked with the engine spec in
 :mod:`verl.config.backend_options`. Here: ranges and shapes of the keys, and verl's LoRA-adjacent keys whose
 feature is not built (``use_shm``, ``target_parameters``, the Megatron ``model.lora`` section, critic LoRA),
-refused off verl's default with the reason.
+refused off verl's default with the reason. ``model.lora.merge`` (verl: false = the rollout serves the adapter,
+true = merged weights) picks the sync (:func:`serves_lora_adapters`, checked against the rollout engine's
+``lora_adapters`` capability by :func:`check_lora_serving`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def check_lora(cfg: RootConfig, report: IssueCollector) -> None:
             f"={model.target_parameters!r}: LoRA on bare nn.Parameters (peft target_parameters, MoE experts) is not "
             "built; set it to null and use target_modules",
         )
+    merge = (model.lora or {}).get("merge")
+    if merge is not None and not isinstance(merge, bool):
+        report.error(f"{MODEL}.lora.merge", f"must be true or false (or unset), got {merge!r}")
     megatron_rank = (model.lora or {}).get("rank", 0)
     if megatron_rank not in (0, None):
         report.error(
@@ -68,4 +73,43 @@ def check_lora(cfg: RootConfig, report: IssueCollector) -> None:
         report.error(
             "critic.model.lora_rank",
             f"={cfg.critic.model.lora_rank}: critic LoRA is not built (only the actor trains adapters); set it to 0",
+        )
+
+
+def serves_lora_adapters(cfg: Any, capabilities: Any) -> bool:
+    """Whether the rollout serves the actor's LoRA as an adapter (verl's ``model.lora.merge=false`` path).
+
+    True when LoRA is on (``model.lora_rank > 0``), ``model.lora.merge`` is not true, the rollout engine declares
+    the ``lora_adapters`` capability (vLLM: ``LoRARequest``s) and the rollout runs in the trainer's processes
+    (``rollout.placement`` hybrid): then only the adapter moves at each sync. Otherwise the rollout gets merged
+    weights ``W + (alpha / r) * B @ A`` (verl's ``merge=true``; the only way for engines without the capability).
+    """
+    from verl.config.placement import rollout_placement
+
+    model = cfg.actor_rollout_ref.model
+    if model.lora_rank <= 0 or (model.lora or {}).get("merge") is True:
+        return False
+    return "lora_adapters" in frozenset(capabilities or ()) and rollout_placement(cfg) == "hybrid"
+
+
+def check_lora_serving(cfg: Any, rollout_name: str, capabilities: Any, report: IssueCollector) -> None:
+    """``model.lora.merge=false`` set explicitly where the rollout cannot serve adapters: an error with the fix.
+
+    Unset, the choice is automatic (adapters where :func:`serves_lora_adapters`, else merged weights)."""
+    from verl.config.placement import rollout_placement
+
+    model = cfg.actor_rollout_ref.model
+    if model.lora_rank <= 0 or (model.lora or {}).get("merge") is not False:
+        return
+    if "lora_adapters" not in frozenset(capabilities or ()):
+        report.error(
+            f"{MODEL}.lora.merge",
+            f"=false serves the LoRA adapter to the rollout, but rollout engine {rollout_name!r} cannot serve "
+            "adapters (capability 'lora_adapters': vllm); set lora.merge=true (merged weights) or leave it unset",
+        )
+    elif rollout_placement(cfg) != "hybrid":
+        report.error(
+            f"{MODEL}.lora.merge",
+            f"=false: adapter serving is built for rollout.placement=hybrid only; with placement="
+            f"{rollout_placement(cfg)} the rollout pool gets merged weights: set lora.merge=true or leave it unset",
         )

@@ -43,6 +43,9 @@ The rules that come with the list:
   ``ParsedTurn``, ``verl.tools``' ``BaseTool``, ``ToolResponse``, ``ToolSchema``,
   ``verl.interactions.base.BaseInteraction``, and ``verl.engines.serving`` (``TokenOutput``,
   ``AsyncRolloutServer``, ``check_sampling_params``) for a rollout engine that serves ``rollout.mode=async``.
+* 2.5 (minor: a name added): ``verl.config.serves_lora_adapters``, whether a rollout engine with the
+  ``lora_adapters`` capability is to serve the actor's LoRA as an adapter (``model.lora.merge``, placement);
+  such an engine has ``serves_lora_adapters`` and ``load_lora_adapter(tensors, config)`` (docs/lora.md).
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -89,7 +92,7 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
         "PlatformFactory",
     ),
     # A factory's options as the worker builds them (tests call the factory the same way).
-    "verl.config": ("ConfigError", "load_config", "role_options", "ConfigIssue"),
+    "verl.config": ("ConfigError", "load_config", "role_options", "ConfigIssue", "serves_lora_adapters"),  # 2.5
     # 2.2: micro-batch plans and the optimizer / LR schedule of the reference engine (an engine that is not a
     # ReferenceTrainingEngine subclass keeps its semantics with these).
     "verl.engines.micro_batch": ("fixed_size_plan", "token_budget_plan", "restore_order", "mini_batch_schedule"),

@@ -291,7 +291,13 @@ class PPOTrainer(StepStages, ValidationLoop):
 
     def _start_generation(self) -> None:
         """Before the first generation of :meth:`fit`: the hybrid engine's training engines leave the devices to
-        the (awake) rollout; a standalone rollout pool already holds the loaded (or initial) weights."""
+        the (awake) rollout; a standalone rollout pool already holds the loaded (or initial) weights.
+
+        A fresh LoRA run from ``model.lora_adapter_path`` syncs first: the rollout loaded the base model folder,
+        while the actor starts from base + that adapter (a rollout sharing the actor's module needs nothing)."""
+        model = self.config.actor_rollout_ref.model
+        if self.global_steps == 0 and model.lora_rank > 0 and model.lora_adapter_path:
+            sync_weights(self.actor_rollout_wg, self.rollout_wg)
         if self.off_policy is None:
             self.switcher.enter_generation()
         else:

@@ -92,6 +92,32 @@ class LoraWeights:
             save_adapter(folder, adapter_state(items, self.peft_model), self.peft_model)
         return folder
 
+    def lora_adapter(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The live adapter for a rollout that serves LoRA adapters (vLLM ``LoRARequest``; verl's non-merged sync).
+
+        Collective for sharded engines (every rank gathers the whole adapter, in state-dict order).
+
+        Returns:
+            ``(tensors, config)``: ``tensors`` in peft's file format (``base_model.model.<...>.lora_A.weight``
+            ``(r, in)`` and ``lora_B.weight`` ``(out, r)``), whole, detached, on the CPU, in the parameters' dtype;
+            ``config``: the adapter's peft ``LoraConfig`` as a JSON-able dict (``adapter_config.json``'s content).
+
+        Raises:
+            RuntimeError: LoRA is off.
+        """
+        from verl.engines.lora import ADAPTER_NAME, adapter_state, is_adapter_key
+
+        if not self.lora:
+            raise RuntimeError("lora_adapter: this engine has no LoRA adapter (model.lora_rank=0)")
+        self.onload()
+        items = [
+            (n, self._full_tensor(t).detach().cpu()) for n, t in self.model.state_dict().items() if is_adapter_key(n)
+        ]
+        config = self.peft_model.peft_config[ADAPTER_NAME].to_dict()
+        # peft keeps resolved target names as a set; JSON (and vLLM's reader) want a list.
+        config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
+        return adapter_state(items, self.peft_model), config
+
     def _writes_files(self) -> bool:
         """Hook: whether this rank writes shared files (rank 0 of a sharded engine)."""
         return True

@@ -2,11 +2,13 @@
 
 Source of the design: verl ``ActorRolloutRefWorker.update_weights`` (``mode="naive"``, anatomy §6.3): export
 ``(name, tensor)`` pairs from the training engine and feed them to ``rollout.update_weights``. No disk, no
-serialisation. Three cases:
+serialisation. Four cases:
 
 * **shared module** (the reference trainer and the ``hf`` rollout hold the very same ``nn.Module``): the
   optimizer already updated the rollout's weights; nothing moves;
 * **one process, own copy**: the trainer's tensors are handed over and copied in place;
+* **LoRA served as an adapter** (a rollout built with ``serves_lora_adapters``, e.g. vLLM): only the adapter
+  tensors move (:meth:`ColocatedCheckpointEngine._sync_adapter`); the rollout keeps the frozen base it loaded;
 * **a world of ranks** (FSDP trainer, rollout replicas of ``tensor_model_parallel_size`` ranks): the rollout
   says which slice every rank holds (``rollout.weight_layout()``) and the trainer reshards its shards into
   exactly those slices, bucket by bucket (:mod:`verl.engines.weight_sync.reshard`): no rank gathers a tensor
@@ -56,6 +58,12 @@ def _live_module(engine: Any) -> torch.nn.Module | None:
         if isinstance(module, torch.nn.Module):
             return module
     return None
+
+
+def serves_adapter(trainer: Any, rollout: Any) -> bool:
+    """True when the trainer trains LoRA and the rollout was built to serve it as an adapter (vLLM ``LoRARequest``,
+    ``actor_rollout_ref.model.lora.merge`` not true): the sync sends the adapter, not merged weights."""
+    return bool(getattr(trainer, "lora", False)) and bool(getattr(rollout, "serves_lora_adapters", False))
 
 
 def shares_module(trainer: Any, rollout: Any) -> bool:
@@ -115,6 +123,8 @@ class ColocatedCheckpointEngine:
         start = time.perf_counter()
         if shares_module(trainer, rollout):
             return {"tensors": 0, "bytes": 0, "seconds": time.perf_counter() - start, "shared": True}
+        if serves_adapter(trainer, rollout):
+            return self._sync_adapter(trainer, rollout, start)
         layout_fn = getattr(rollout, "weight_layout", None)
         layout = layout_fn() if callable(layout_fn) else None
         self._check(trainer, rollout, layout)
@@ -138,6 +148,21 @@ class ColocatedCheckpointEngine:
             extra.pop("tensors", None)
             extra.pop("bytes", None)
         return {**counts, **extra, "seconds": time.perf_counter() - start, "shared": False}
+
+    @staticmethod
+    def _sync_adapter(trainer: Any, rollout: Any, start: float) -> dict[str, Any]:
+        """LoRA served as an adapter: only the adapter moves (its base is the rollout's own copy of the frozen
+        model folder, loaded at start-up), as verl's non-merged sync after its first base sync."""
+        tensors, config = trainer.lora_adapter()
+        rollout.load_lora_adapter(tensors, config)
+        size = sum(t.numel() * t.element_size() for t in tensors.values())
+        return {
+            "tensors": len(tensors),
+            "bytes": size,
+            "seconds": time.perf_counter() - start,
+            "shared": False,
+            "adapter": True,
+        }
 
     @staticmethod
     def _check(trainer: Any, rollout: Any, layout: Any) -> None:
