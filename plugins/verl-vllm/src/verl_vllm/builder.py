@@ -26,9 +26,14 @@ def build_vllm_rollout_engine(
 
     # Fail on the device and the install before touching the model.
     import_vllm(device_type(device))
+    from verl.config import serves_lora_adapters
     from verl_vllm.engine import VLLMRolloutEngine
+    from verl_vllm.plugin import CAPABILITIES
 
     arr = config.actor_rollout_ref
+    model_config = getattr(arr, "model", None)
+    # LoRA: served as an adapter unless model.lora.merge=true or the placement is not hybrid (then merged weights).
+    lora_rank = int(model_config.lora_rank) if serves_lora_adapters(config, CAPABILITIES) else 0
     return VLLMRolloutEngine(
-        model, tokenizer, arr.rollout, device=device, options=options, model_config=getattr(arr, "model", None)
+        model, tokenizer, arr.rollout, device=device, options=options, model_config=model_config, lora_rank=lora_rank
     )

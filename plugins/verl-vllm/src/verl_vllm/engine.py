@@ -24,6 +24,7 @@ from verl.engines.reference.postprocess import build_rollout_batch
 from verl.engines.reference.sampling import resolve_sampling_params
 from verl_vllm.backend import device_type, engine_environment, import_vllm
 from verl_vllm.engine_args import passthrough_arguments
+from verl_vllm.lora import AdapterSlot, LoraServing, lora_engine_arguments
 from verl_vllm.rollout_keys import device_problems, engine_arguments, load_format, options_from_rollout
 from verl_vllm.translate import collect_outputs, max_tokens_per_row, row_seeds, sampling_kwargs, strip_left_padding
 from verl_vllm.weights import UnknownWeightError, check_specs, checkpoint_shapes, reload_batches, tied_embeddings
@@ -44,7 +45,7 @@ def _cfg(config: Any, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
-class VLLMRolloutEngine:
+class VLLMRolloutEngine(LoraServing):
     """Batched generation with an in-process ``vllm.LLM`` (one per worker process).
 
     Args:
@@ -62,6 +63,9 @@ class VLLMRolloutEngine:
         model_config: the ``actor_rollout_ref.model`` section: ``trust_remote_code`` reaches ``vllm.LLM``, the
             tokenizer and HF-config loads, ``override_config`` becomes vLLM's ``hf_overrides``
             (:mod:`verl_vllm.model_config`). None = the saved config, no remote code.
+        lora_rank: > 0 serves the actor's LoRA adapter of that rank (:mod:`verl_vllm.lora`; the factory decides
+            with :func:`verl.config.validate_lora.serves_lora_adapters`): :meth:`load_lora_adapter` takes it, every
+            request carries it. 0 = plain weights (merged LoRA comes through :meth:`update_weights`).
 
     Tensor parallelism: ``config.tensor_model_parallel_size = T`` in a torch.distributed world of ``W`` ranks
     (``T`` dividing ``W``) builds every engine with ``distributed_executor_backend="external_launcher"``:
@@ -89,6 +93,7 @@ class VLLMRolloutEngine:
         device: Any = "cpu",
         options: Any = None,
         model_config: Any = None,
+        lora_rank: int = 0,
     ) -> None:
         if isinstance(model_path, torch.nn.Module):
             raise TypeError(
@@ -165,6 +170,10 @@ class VLLMRolloutEngine:
         overrides = hf_overrides(model_config)
         if overrides:
             kwargs["hf_overrides"] = overrides
+        if lora_rank > 0:
+            kwargs.update(lora_engine_arguments(lora_rank, getattr(model_config, "lora", None)))
+            # verl: a served adapter's base stays resident (level 2 would discard the weights it is added to).
+            self.sleep_level = min(self.sleep_level, 1)
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process; the
         # colocated trainer keeps control of its thread count, so the original is put back.
         set_num_threads = torch.set_num_threads
@@ -186,6 +195,7 @@ class VLLMRolloutEngine:
         self._weights_stale = False
         self._server: VLLMRolloutServer | None = None
         self.last_stats: dict[str, float] = {}
+        self._adapter = AdapterSlot(self.llm, kwargs["max_lora_rank"]) if lora_rank > 0 else None
 
     # ------------------------------------------------------------------ construction helpers
     def _parallel_layout(self) -> tuple[int, Any]:
@@ -316,7 +326,8 @@ class VLLMRolloutEngine:
         ]
         with self._exclusive("generate"):
             self._ready_for_generation("VLLMRolloutEngine.generate")
-            outputs = self.llm.generate(requests, sampling, use_tqdm=False) if bs else []
+            lora = self.lora_request
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=lora) if bs else []
         responses, lengths, log_probs = collect_outputs(outputs, resp_len, self.pad_token_id, want_lp)
         device = input_ids.device
         tensors = build_rollout_batch(
@@ -464,6 +475,8 @@ class VLLMRolloutEngine:
         stops first and fails the requests it still had."""
         if self._server is not None:
             self._server.close()
+        if self._adapter is not None:
+            self._adapter.close()
         llm = self.__dict__.pop("llm", None)
         if llm is None:
             return

@@ -11,6 +11,8 @@ from verl.plugins.hookspecs import hookimpl
 from verl.plugins.specs import RolloutEngineSpec
 
 VERL_PLUGIN_API = PLUGIN_API_VERSION
+#: ``lora_adapters``: serves the actor's LoRA as an adapter (vLLM ``LoRARequest``s, :mod:`verl_vllm.lora`).
+CAPABILITIES = frozenset({"tensor_parallel", "async_server", "lora_adapters"})
 
 
 @hookimpl
@@ -19,7 +21,8 @@ def verl_rollout_engines() -> list[RolloutEngineSpec]:
 
     No ``share_module`` capability: vLLM owns its own copy of the weights (fused, possibly in another
     dtype), so the worker passes the model path and syncs weights through ``update_weights``. ``async_server``:
-    ``engine.server()`` serves ``rollout.mode=async`` (:mod:`verl_vllm.server`).
+    ``engine.server()`` serves ``rollout.mode=async`` (:mod:`verl_vllm.server`). ``lora_adapters``: a LoRA
+    actor's adapter is served with ``LoRARequest``s and synced alone (``model.lora.merge`` not true).
     """
     from verl_vllm.builder import build_vllm_rollout_engine
     from verl_vllm.options import VLLMRolloutOptions
@@ -31,7 +34,7 @@ def verl_rollout_engines() -> list[RolloutEngineSpec]:
             factory=build_vllm_rollout_engine,
             options_cls=VLLMRolloutOptions,
             devices=("cpu", "cuda"),
-            capabilities={"tensor_parallel", "async_server"},
+            capabilities=CAPABILITIES,
             available=vllm_available,
             check_config=check_vllm_rollout_config,
         )

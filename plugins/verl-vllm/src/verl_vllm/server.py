@@ -376,10 +376,12 @@ class VLLMRolloutServer:
             return
         # LLM.generate's own rendering of a token prompt (vLLM 0.32); older releases take the raw prompt.
         render = getattr(self._engine.llm, "_preprocess_cmpl_one", None)
+        lora = self._engine.lora_request  # the served LoRA adapter (None without one), as LLM.generate's requests
         for request in new:
             try:
                 prompt = self._vllm.inputs.TokensPrompt(prompt_token_ids=request.prompt)
-                core.add_request(request.key, render(prompt) if render is not None else prompt, request.params)
+                rendered = render(prompt) if render is not None else prompt
+                core.add_request(request.key, rendered, request.params, lora_request=lora)
             except Exception as exc:
                 self._fail(request.key, exc)
 
