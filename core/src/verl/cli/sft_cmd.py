@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import subprocess
 import sys
+from typing import Any
 
 HELP = "supervised fine-tuning on chat data (verl sft_trainer keys) from a YAML config and key=value overrides"
 
@@ -42,6 +45,26 @@ def _ensure_gsm8k_sft(files: list[str]) -> None:
         prepare_gsm8k_sft(folder)
 
 
+def _launch_ranks(cfg: Any, items: list[str]) -> int:
+    """``trainer.n_gpus_per_node`` > 1 without torchrun: run this command as that many ranks of one node (torchrun,
+    as verl's SFT launch); several nodes need torchrun on each. Returns the launcher's exit code."""
+    from verl.models.resolve import resolve_model_path
+    from verl.trainer.sft_ranks import torchrun_command
+
+    t = cfg.trainer
+    if t.nnodes > 1:
+        print(
+            f"verl sft: config error:\ntrainer.nnodes={t.nnodes}: start every node with torchrun --nnodes={t.nnodes} "
+            f"--nproc_per_node={t.n_gpus_per_node} --rdzv_endpoint=<host:port> -m verl.trainer.sft_trainer ...",
+            file=sys.stderr,
+        )
+        return 2
+    resolve_model_path(cfg.model.path)  # a GGUF default model is converted once, here, not by every rank
+    cmd = torchrun_command(t.n_gpus_per_node, items)
+    print(f"verl sft: starting {t.n_gpus_per_node} ranks: {' '.join(cmd[1:6])} ...", file=sys.stderr)
+    return subprocess.call(cmd)
+
+
 def run(args: argparse.Namespace) -> int:
     from verl.config.errors import ConfigError
     from verl.config.sft_loader import load_sft_config
@@ -58,14 +81,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"verl sft: config error:\n{exc}", file=sys.stderr)
         return 2
     _ensure_gsm8k_sft([*(cfg.data.train_files or ()), *(cfg.data.val_files or ())])
+    t = cfg.trainer
+    if t.nnodes * t.n_gpus_per_node > 1 and "WORLD_SIZE" not in os.environ:
+        return _launch_ranks(cfg, [*args.items, *(["-v"] if args.verbose else [])])
+    from verl.trainer.sft_ranks import leave_process_group
     from verl.trainer.sft_trainer import SFTTrainer
 
     try:
         trainer = SFTTrainer(cfg)
         metrics = trainer.fit()
+    except ConfigError as exc:
+        print(f"verl sft: config error:\n{exc}", file=sys.stderr)
+        return 2
     except (SFTRowError, CheckpointError, FileNotFoundError) as exc:
         print(f"verl sft: error: {exc}", file=sys.stderr)
         return 1
+    leave_process_group(trainer.world)
+    if not trainer.world.is_main:
+        return 0
     print(f"verl sft: done ({trainer.global_step} steps); final model: {trainer.run_dir / 'final_hf'}")
     if metrics:
         print("verl sft: last metrics: " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items())))

@@ -29,12 +29,13 @@ REFUSED_KEYS: dict[str, str] = {
     "data.enable_thinking_default": "not built; use data.apply_chat_template_kwargs.enable_thinking",
     "data.custom_cls": "custom dataset classes are not loaded; convert the rows to messages or prompt/response",
     "data.use_shm": "shared-memory model loading is not built; drop the key",
-    "data.balance_dp_token": "one data-parallel rank only (n_gpus_per_node=1): nothing to balance",
+    "data.balance_dp_token": "token balancing across data-parallel ranks is not built: each rank trains a contiguous, "
+    "equal share of the step's rows; drop the key",
     "data.num_workers": "rows are tokenised once when the dataset is built; no loader workers to start",
     "data.ignore_input_ids_mismatch": "turns are tokenised as prefixes of the whole conversation, which must "
     "tokenise consistently (an error names the row otherwise); there is no mismatch to ignore",
     "trainer.default_hdfs_dir": "HDFS upload is not built; copy trainer.default_local_dir yourself",
-    "trainer.balance_batch": "one data-parallel rank only: nothing to balance",
+    "trainer.balance_batch": "batch balancing across data-parallel ranks is not built; drop the key",
     "trainer.profile_interval": "the profiler is not built for SFT",
     "profiler": "the profiler is not built for SFT",
 }
@@ -73,17 +74,35 @@ def load_sft_config(path: str | os.PathLike[str] | None = None, overrides: Seque
             # verl picks the engine with its Hydra group (`engine=fsdp`): that is the strategy key here.
             override = parse_override(f"engine.strategy={override.value}")
         apply_override(tree, override)
-    issues = _unknown_keys(tree, SFTConfig, "")
+    issues = _flat_engine_options(tree)
+    issues += _unknown_keys(tree, SFTConfig, "")
     if issues:
         raise ConfigError(issues)
     cfg = structure(tree, SFTConfig)
     validate_sft_config(cfg)
+    from verl.trainer.sft_engine import actor_run_config
+
+    actor_run_config(cfg)  # the engine, its options and LoRA, checked as the RL actor's (errors under SFT keys)
     if cfg.trainer.default_local_dir is None:
         import attrs
 
         run_dir = os.path.join("checkpoints", cfg.trainer.project_name, cfg.trainer.experiment_name)
         cfg = attrs.evolve(cfg, trainer=attrs.evolve(cfg.trainer, default_local_dir=run_dir))
     return cfg
+
+
+def _flat_engine_options(tree: dict[str, Any]) -> list[ConfigIssue]:
+    """verl writes an engine's options flat (``engine.param_offload``): move every ``engine.*`` key that is not
+    ``strategy`` / ``model_dtype`` into ``engine.options``, which the engine's plugin checks."""
+    engine = tree.get("engine")
+    if not isinstance(engine, dict):
+        return []
+    options = engine.get("options")
+    if options:
+        return [ConfigIssue("engine.options", "engine.options: write the engine's keys flat, as engine.<key>=value")]
+    own = set(_field_types(section_class(_field_types(SFTConfig)["engine"])))
+    engine["options"] = {k: engine.pop(k) for k in [k for k in engine if k not in own]}
+    return []
 
 
 def _unknown_keys(raw: Mapping[str, Any], cls: type, parent: str) -> list[ConfigIssue]:
@@ -116,7 +135,7 @@ def validate_sft_config(cfg: SFTConfig) -> None:
         ConfigError: every violated rule, each naming its key and the fix.
     """
     r = IssueCollector()
-    d, t, m, e = cfg.data, cfg.trainer, cfg.model, cfg.engine
+    d, t, e = cfg.data, cfg.trainer, cfg.engine
     if (d.prompt_key is None) != (d.response_key is None):
         r.error(
             "data.prompt_key" if d.prompt_key is None else "data.response_key",
@@ -142,18 +161,14 @@ def validate_sft_config(cfg: SFTConfig) -> None:
         )
     if not d.train_files:
         r.error("data.train_files", "is required: the training parquet/jsonl file(s)")
-    if e.strategy != "reference":
+    for key, value in (("trainer.nnodes", t.nnodes), ("trainer.n_gpus_per_node", t.n_gpus_per_node)):
+        if value < 1:
+            r.error(key, f"={value}: must be >= 1")
+    if e.strategy == "reference" and t.nnodes * t.n_gpus_per_node > 1:
         r.error(
             "engine.strategy",
-            f"={e.strategy!r}: the SFT trainer runs the one-process reference engine only (the FSDP and Megatron "
-            "engines need a multi-process launcher, not built for SFT); set engine.strategy=reference",
-        )
-    if m.lora_rank != 0:
-        r.error("model.lora_rank", f"={m.lora_rank}: LoRA SFT is not built; use 0 (full fine-tuning)")
-    if t.nnodes != 1 or t.n_gpus_per_node != 1:
-        r.error(
-            "trainer.n_gpus_per_node" if t.nnodes == 1 else "trainer.nnodes",
-            f"nnodes={t.nnodes}, n_gpus_per_node={t.n_gpus_per_node}: the SFT trainer runs one process; set both to 1",
+            f"=reference is one process, but trainer.nnodes x trainer.n_gpus_per_node = {t.nnodes * t.n_gpus_per_node}"
+            "; use engine.strategy=fsdp (data parallel) or megatron for several processes",
         )
     if t.device not in ("cpu", "cuda"):
         r.error("trainer.device", f"={t.device!r}: use cpu or cuda")

@@ -1,15 +1,18 @@
 """Supervised fine-tuning on chat data (verl ``verl/trainer/sft_trainer.py``): ``verl sft CONFIG k=v`` or
 ``python -m verl.trainer.sft_trainer CONFIG k=v``.
 
-One optimizer step per ``data.train_batch_size`` rows through the RL actor's training engine
-(:class:`~verl.engines.reference.training.ReferenceTrainingEngine`, micro-batches / token budget / packing as
-for the actor) with :func:`verl.workers.losses.make_sft_loss`. Metrics use verl's names: ``train/loss``,
+One optimizer step per ``data.train_batch_size`` rows through the RL actor's training engine, any installed one
+(``engine.strategy``: ``reference`` in one process; ``fsdp`` or ``megatron`` over torchrun's ranks, each data-parallel
+rank training an equal, contiguous share of the step's rows; :mod:`verl.trainer.sft_engine`,
+:mod:`verl.trainer.sft_ranks`), with :func:`verl.workers.losses.make_sft_loss` (micro-batches / token budget /
+packing as for the actor; LoRA with ``model.lora_rank``). Metrics use verl's names: ``train/loss``,
 ``train/grad_norm``, ``train/lr``, ``train/global_tokens``, ``train/total_tokens(B)``, ``val/loss`` (the mean
 of the validation batches' token-mean NLL, verl's), plus ``timing_s/step`` and ``timing_s/testing`` (seconds). Checkpoints are ``<default_local_dir>/global_step_N/`` (the
 engine state in ``actor/``, the sampler position and counters in ``data.pt``), written every ``save_freq``
 steps and at the last step; ``resume_mode=auto`` continues from the newest one exactly (same batches, same
-weights). At the end the weights and tokenizer are written to ``<default_local_dir>/final_hf/``, a HF folder
-that loads as ``actor_rollout_ref.model.path`` of an RL run.
+weights). A sharded engine writes its own checkpoint format into ``actor/`` (FSDP: DCP, every rank its shard). At the
+end the weights and tokenizer are written to ``<default_local_dir>/final_hf/``, a HF folder that loads as
+``actor_rollout_ref.model.path`` of an RL run (with LoRA: the merged model, the adapter in ``final_hf/lora_adapter/``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from verl.config.schema.sft import SFTConfig
 logger = logging.getLogger(__name__)
 
 FINAL_HF_DIR = "final_hf"
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 class SFTTrainer:
@@ -42,19 +44,32 @@ class SFTTrainer:
     Raises:
         SFTRowError: a bad training/validation row (names file and row).
         ValueError: fewer training rows than ``data.train_batch_size``; a model that cannot be loaded.
+        ConfigError: the engine or its options refused, or batch sizes that the data-parallel ranks do not divide.
     """
 
     def __init__(self, config: SFTConfig, *, tokenizer: Any = None) -> None:
         from verl.data.sampler import StatefulSampler
         from verl.data.sft_dataset import SFTDataset
-        from verl.engines.reference.training import EngineSettings, ReferenceTrainingEngine
         from verl.models.resolve import resolve_model_path
+        from verl.plugins import resolve_platform
         from verl.trainer.checkpoint import CheckpointManager
+        from verl.trainer.sft_engine import build_sft_engine, check_world, data_parallel
+        from verl.trainer.sft_ranks import join_process_group, torchrun_world
         from verl.workers.losses import make_sft_loss
 
         self.config = cfg = config
         d, m, t = cfg.data, cfg.model, cfg.trainer
+        self.world = torchrun_world(t.nnodes, t.n_gpus_per_node)
+        platform = resolve_platform(t.device)
+        join_process_group(self.world, platform)
+        self.device = platform.torch_device()
+        from verl.trainer.sft_ranks import barrier
+
+        if not self.world.is_main:
+            barrier(self.world)  # rank 0 converts a GGUF default model once; the others then find the folder
         model_path = resolve_model_path(m.path)
+        if self.world.is_main:
+            barrier(self.world)
         if tokenizer is None:
             from verl.models.tokenizer import load_tokenizer
 
@@ -75,33 +90,21 @@ class SFTTrainer:
         )
         self.steps_per_epoch = len(self.sampler)
         self.total_training_steps = t.total_training_steps or self.steps_per_epoch * t.total_epochs
-        settings = EngineSettings(
-            mini_batch_size=d.train_batch_size,
-            micro_batch_size=d.micro_batch_size_per_gpu,
-            use_dynamic_bsz=d.use_dynamic_bsz,
-            max_token_len=d.max_token_len_per_gpu,
-            infer_micro_batch_size=d.micro_batch_size_per_gpu,
-            infer_use_dynamic_bsz=d.use_dynamic_bsz,
-            infer_max_token_len=d.max_token_len_per_gpu,
-            clip_grad=cfg.optim.clip_grad,
-            dtype=_DTYPES[cfg.engine.model_dtype],
-            gradient_checkpointing=m.enable_gradient_checkpointing,
-            use_remove_padding=m.use_remove_padding,
-            trust_remote_code=m.trust_remote_code,
-            override_config=dict(m.override_config),
-        )
-        torch.manual_seed(t.seed)
-        self.engine = ReferenceTrainingEngine(
-            model_path,
-            settings,
-            optim=cfg.optim,
+        torch.manual_seed(t.seed)  # the same on every rank: LoRA's A starts equal everywhere
+        self.engine = build_sft_engine(
+            cfg,
+            model_path=model_path,
             total_training_steps=self.total_training_steps,
-            device=torch.device(t.device),
+            device=self.device,
+            world_size=self.world.world_size,
         )
+        self.dp_rank, self.dp_size, self.is_collect = data_parallel(self.engine, self.world.rank, self.world.world_size)
+        check_world(cfg, self.dp_size)
         self.engine.metric_prefix = "train"  # verl's SFT names: train/grad_norm, train/lr
         self.loss_fn = make_sft_loss()
         self.run_dir = Path(t.default_local_dir).expanduser()
-        self.checkpoints = CheckpointManager(self.run_dir, t.max_ckpt_to_keep or None)
+        # One writer of the run folder's checkpoints (and their scratch clean-up): rank 0.
+        self.checkpoints = CheckpointManager(self.run_dir, t.max_ckpt_to_keep or None) if self.world.is_main else None
         self.global_step = 0
         self.total_tokens = 0
 
@@ -114,33 +117,61 @@ class SFTTrainer:
         pad_to = self.config.data.max_length if self.config.data.pad_mode == "right" else None
         return collate_sft(items, self.pad_id, pad_to=pad_to)
 
-    def _next_batch(self) -> Any:
+    def _share(self, rows: Sequence[int]) -> Sequence[int]:
+        """This data-parallel rank's contiguous share of a step's ``rows`` (equal shares: :func:`check_world`)."""
+        size = len(rows) // self.dp_size
+        return rows[self.dp_rank * size : (self.dp_rank + 1) * size]
+
+    def _next_batch(self) -> tuple[Any, int]:
+        """``(this rank's batch, real tokens of the whole step)`` of the next step's rows."""
         rows = self.sampler.remaining_batches()[0]
         self.sampler.advance(1)
-        return self.collate([self.train_dataset[i] for i in rows])
+        tokens = sum(len(self.train_dataset[i]["input_ids"]) for i in rows)
+        return self.collate([self.train_dataset[i] for i in self._share(rows)]), tokens
 
     # ------------------------------------------------------------------ validation
 
     @torch.no_grad()
     def validate(self) -> float:
         """``val/loss``: mean over validation batches (``train_batch_size`` rows, the last one may be short) of
-        each batch's token-mean NLL on its loss-mask tokens (verl averages the per-batch losses)."""
+        each batch's token-mean NLL on its loss-mask tokens (verl averages the per-batch losses).
+
+        With several data-parallel ranks each batch is split as the training rows are; a batch too short for an
+        equal split is topped up with copies of its first row whose loss mask is empty (every rank of a sharded
+        engine has to run the forward), and the NLL sums and token counts are added over the ranks.
+        """
         assert self.val_dataset is not None
         size = self.config.data.train_batch_size
-        losses = []
+        sums: list[float] = []
         for start in range(0, len(self.val_dataset), size):
-            batch = self.collate([self.val_dataset[i] for i in range(start, min(start + size, len(self.val_dataset)))])
+            items = [self.val_dataset[i] for i in range(start, min(start + size, len(self.val_dataset)))]
+            blank = {**items[0], "loss_mask": [0] * len(items[0]["loss_mask"])}
+            items += [blank] * (-len(items) % self.dp_size)
+            batch = self.collate(list(self._share(items)))
             log_probs = self.engine.compute_log_prob(batch).batch["old_log_probs"]
             mask = batch.batch["response_mask"].to(log_probs.dtype)
-            if mask.sum() > 0:
-                losses.append(float(-(log_probs * mask).sum() / mask.sum()))
+            weight = 1.0 if self.is_collect else 0.0  # a model-parallel replica's ranks hold the same numbers
+            sums += [weight * float(-(log_probs * mask).sum()), weight * float(mask.sum())]
+        from verl.trainer.sft_ranks import all_reduce_sum
+
+        totals = all_reduce_sum(sums, self.device, self.world)
+        losses = [nll / tokens for nll, tokens in zip(totals[::2], totals[1::2], strict=True) if tokens > 0]
         return sum(losses) / len(losses) if losses else math.nan
 
     # ------------------------------------------------------------------ checkpoints
 
-    def save_checkpoint(self) -> Path:
-        """Write ``global_step_{N}/`` (engine state in ``actor/``, loop state in ``data.pt``)."""
+    def _sharded(self) -> bool:
+        """Whether the engine writes its own checkpoint format, every rank its shard (FSDP's DCP, Megatron)."""
+        return hasattr(self.engine, "save_checkpoint") and hasattr(self.engine, "load_checkpoint")
+
+    def save_checkpoint(self) -> Path | None:
+        """Write ``global_step_{N}/`` (engine state in ``actor/``, loop state in ``data.pt``); returns it on rank 0.
+
+        Rank 0 writes through the checkpoint manager (temp folder, tracker last); with a sharded engine it sends
+        the temp folder's path to the other ranks, and every rank writes its shard into ``actor/`` there.
+        """
         from verl.trainer.rng_state import capture_rng_state
+        from verl.trainer.sft_ranks import barrier, broadcast_from_main
 
         loop = {
             "global_step": self.global_step,
@@ -148,23 +179,63 @@ class SFTTrainer:
             "sampler": self.sampler.state_dict(),
             "rng": capture_rng_state(),
         }
-        return self.checkpoints.save(self.global_step, {"actor": self.engine.state_dict(), "data.pt": loop})
+        if not self._sharded():
+            saved = self.checkpoints.save(self.global_step, {"actor": self.engine.state_dict(), "data.pt": loop})
+            barrier(self.world)
+            return saved
+        if not self.world.is_main:
+            target = broadcast_from_main(None, self.world)
+            if target is not None:
+                self.engine.save_checkpoint(Path(target))
+            barrier(self.world)
+            return None
+        sent = False
+
+        def write_actor(path: Path) -> None:
+            nonlocal sent
+            path.mkdir(parents=True, exist_ok=True)
+            broadcast_from_main(str(path), self.world)
+            sent = True
+            self.engine.save_checkpoint(path)
+
+        try:
+            saved = self.checkpoints.save(self.global_step, {"actor": write_actor, "data.pt": loop})
+        finally:
+            if not sent:  # failed before the shards: release the other ranks
+                broadcast_from_main(None, self.world)
+            barrier(self.world)
+        return saved
 
     def resume(self) -> int:
         """Restore the checkpoint ``trainer.resume_mode`` picks; returns its step (0 = from scratch).
+
+        Rank 0 picks it; every rank loads it (its shard of a sharded engine; rank 0's RNG state everywhere).
 
         Raises:
             CheckpointResumeError: bad resume settings or a missing checkpoint folder.
         """
         from verl.trainer.checkpoint import load_part
         from verl.trainer.rng_state import restore_rng_state
+        from verl.trainer.sft_ranks import broadcast_from_main
 
         t = self.config.trainer
-        found = self.checkpoints.resolve_resume(t.resume_mode, t.resume_from_path)
+        found = None
+        if self.world.is_main:
+            try:
+                found = self.checkpoints.resolve_resume(t.resume_mode, t.resume_from_path)
+            except Exception as exc:
+                broadcast_from_main(exc, self.world)
+                raise
+        found = broadcast_from_main(found, self.world)
+        if isinstance(found, Exception):
+            raise found
         if found is None:
             return 0
         step, path = found
-        self.engine.load_state_dict(load_part(path, "actor"))
+        if self._sharded():
+            self.engine.load_checkpoint(Path(path) / "actor")
+        else:
+            self.engine.load_state_dict(load_part(path, "actor"))
         loop = load_part(path, "data.pt")
         self.sampler.load_state_dict(loop["sampler"])
         restore_rng_state(loop["rng"])
@@ -181,35 +252,47 @@ class SFTTrainer:
         Args:
             on_step: called as ``on_step(step, metrics)`` after each step's checkpoint (tests stop a run there).
         """
+        import contextlib
+
         from verl.config.dump import to_dict, to_yaml
         from verl.trainer.earlier_run import set_aside_outputs
+        from verl.trainer.sft_ranks import barrier
         from verl.trainer.tracking import Tracking
 
         t = self.config.trainer
-        if self.resume() == 0:
+        main = self.world.is_main
+        if self.resume() == 0 and main:
             # A fresh run would rewind metrics.jsonl and replace final_hf/: keep the earlier run's files.
             for old, moved in set_aside_outputs(self.run_dir):
                 logger.warning("earlier run's %s kept as %s", old, moved.name)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(to_yaml(self.config), encoding="utf-8")
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(to_yaml(self.config), encoding="utf-8")
+        barrier(self.world)  # nobody writes into the folder before the earlier run's files are aside
         metrics: dict[str, float] = {}
-        with Tracking(
-            t.project_name,
-            t.experiment_name,
-            backends=t.logger,
-            run_dir=self.run_dir,
-            config_dict=to_dict(self.config),
-            total_steps=self.total_training_steps,
-        ) as tracking:
-            tracking.rewind(self.global_step)
+        tracker: Any = (
+            Tracking(
+                t.project_name,
+                t.experiment_name,
+                backends=t.logger,
+                run_dir=self.run_dir,
+                config_dict=to_dict(self.config),
+                total_steps=self.total_training_steps,
+            )
+            if main
+            else contextlib.nullcontext()
+        )
+        with tracker as tracking:
+            if tracking is not None:
+                tracking.rewind(self.global_step)
             while self.global_step < self.total_training_steps:
                 started = time.perf_counter()
-                batch = self._next_batch()
+                batch, tokens = self._next_batch()
+                # The engines return global values: a sharded engine sums the loss over its ranks.
                 raw = self.engine.train_batch(batch, self.loss_fn)
                 step_s = time.perf_counter() - started
                 self.global_step += 1
                 metrics = {k: sum(v) / len(v) for k, v in raw.items() if v}
-                tokens = int(batch.batch["attention_mask"].sum())
                 self.total_tokens += tokens
                 metrics["train/global_tokens"] = float(tokens)
                 metrics["train/total_tokens(B)"] = self.total_tokens / 1e9
@@ -220,7 +303,8 @@ class SFTTrainer:
                     started = time.perf_counter()
                     metrics["val/loss"] = self.validate()
                     metrics["timing_s/testing"] = time.perf_counter() - started
-                tracking.log(metrics, self.global_step)
+                if tracking is not None:
+                    tracking.log(metrics, self.global_step)
                 if last or (t.save_freq > 0 and self.global_step % t.save_freq == 0):
                     self.save_checkpoint()
                 if on_step is not None:
@@ -229,9 +313,13 @@ class SFTTrainer:
         return metrics
 
     def save_final_hf(self) -> Path:
-        """Write the weights and tokenizer to ``<default_local_dir>/final_hf`` (``from_pretrained`` folder)."""
+        """Write the weights and tokenizer to ``<default_local_dir>/final_hf`` (``from_pretrained`` folder;
+        collective for a sharded engine, whose rank 0 writes it)."""
+        from verl.trainer.sft_ranks import barrier
+
         out = self.run_dir / FINAL_HF_DIR
         self.engine.save_hf(out, tokenizer=self.tokenizer)
+        barrier(self.world)
         return out
 
 

@@ -17,7 +17,6 @@ from verl.config.schema.trainer import Logger, ResumeMode
 
 SFTTruncation = Literal["error", "left", "right"]
 PadMode = Literal["no_padding", "right"]
-SFTStrategy = Literal["reference", "fsdp", "fsdp2", "megatron"]
 ModelDtype = Literal["fp32", "bf16", "fp16"]
 FileList = tuple[str, ...] | None
 
@@ -61,15 +60,33 @@ class SFTModelConfig:
     use_remove_padding: bool = fld(True, doc="pack each micro-batch's real tokens into one row (no padding cost)")
     enable_gradient_checkpointing: bool = fld(True, doc="recompute activations in backward to save memory")
     override_config: FreeDict = free_dict(doc="HF model config values set before the weights load")
-    lora_rank: int = fld(0, doc="LoRA rank; only 0 (full fine-tuning) is built")
+    enable_activation_offload: bool = fld(
+        False, doc="keep saved activations in host memory until backward (accelerators; as the RL actor's key)"
+    )
+    lora_rank: int = fld(0, doc="LoRA rank r (peft); 0 = full fine-tuning (docs/lora.md)")
+    lora_alpha: int | float = fld(16, doc="LoRA scaling numerator: the update is (lora_alpha / lora_rank) * B @ A")
+    target_modules: str | tuple[str, ...] = fld(
+        "all-linear", doc="modules that get adapters: all-linear, one regex, or a list of names"
+    )
+    exclude_modules: str | tuple[str, ...] | None = fld(None, doc="module names or one regex never adapted")
+    lora_adapter_path: str | None = fld(None, doc="a peft adapter folder to continue from (needs lora_rank > 0)")
 
 
 @attrs.frozen(kw_only=True)
 class SFTEngineConfig:
     """The training engine (verl ``engine/*.yaml``: ``strategy`` names it)."""
 
-    strategy: SFTStrategy = fld("reference", doc="training engine; only reference is built for SFT")
-    model_dtype: ModelDtype = fld("fp32", doc="parameter dtype: fp32 (the CPU dtype)|bf16|fp16")
+    strategy: str = fld(
+        "reference", doc="training engine (a plugin name): reference (one process), fsdp|fsdp2, megatron (ranks)"
+    )
+    model_dtype: ModelDtype | None = fld(
+        None, doc="parameter dtype of the reference and fsdp engines: fp32|bf16|fp16; null = fp32 (verl's)"
+    )
+    options: FreeDict = free_dict(
+        doc="verl's other engine/<strategy>.yaml keys, written flat as engine.<key> (param_offload, fsdp_size, "
+        "tensor_model_parallel_size, ...): the engine's options, checked by its plugin as the RL actor's "
+        "fsdp_config / megatron section"
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -93,8 +110,10 @@ class SFTTrainerConfig:
     resume_mode: ResumeMode = fld("auto", doc="auto: latest checkpoint if any; disable; resume_path")
     resume_from_path: str | None = fld(None, doc="checkpoint folder (global_step_N) for resume_mode=resume_path")
     device: str = fld("cpu", doc="torch device type: cpu|cuda")
-    nnodes: int = fld(1, doc="nodes; only 1 is built")
-    n_gpus_per_node: int = fld(1, doc="processes per node; only 1 is built (one-process reference engine)")
+    nnodes: int = fld(1, doc="nodes of a torchrun launch (verl sft launches one node itself; more: torchrun)")
+    n_gpus_per_node: int = fld(
+        1, doc="processes per node: verl sft starts them itself (torch.distributed.run); under torchrun 1 or its own"
+    )
 
 
 @attrs.frozen(kw_only=True)
