@@ -1,55 +1,14 @@
-"""SFT on the FSDP engine, as a script: shared assets and config for ``test_fsdp_sft.py``, and (run as
-``python sft_scenarios.py ROOT MODEL RUN_DIR [key=value ...]`` on each of 2 ranks) an SFT run stopped after its
-step-2 checkpoint and resumed in the same processes. Not collected by pytest (no ``test_`` prefix).
+"""An SFT run stopped after its step-2 checkpoint and resumed in the same processes, as a script for
+``test_fsdp_sft.py`` (``python sft_scenarios.py ROOT MODEL RUN_DIR [key=value ...]`` on each of 2 ranks; the run's
+keys are :mod:`verl.testing.sft`'s). Not collected by pytest (no ``test_`` prefix).
 """
 
 from __future__ import annotations
 
-import json
-import random
 import sys
 from pathlib import Path
 
-STEPS = 5  # 3 steps per epoch (12 rows, 4 per step): the run crosses an epoch
-
-
-def conversation(rng: random.Random, turns: int) -> list[dict]:
-    msgs = []
-    for _ in range(turns):
-        a, b = rng.randint(1, 99), rng.randint(1, 99)
-        msgs += [{"role": "user", "content": f"{a}+{b}="}, {"role": "assistant", "content": str(a + b)}]
-    return msgs
-
-
-def write_rows(root: Path) -> None:
-    """``train.jsonl`` (12 rows) and ``val.jsonl`` (5 rows: not a multiple of the 2 ranks) of 1-3 turn chats."""
-    rng = random.Random(0)
-    for name, n in (("train", 12), ("val", 5)):
-        rows = [{"messages": conversation(rng, 1 + i % 3)} for i in range(n)]
-        (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def overrides(root: Path, model: Path, run: Path, *extra: str) -> list[str]:
-    """The run's ``verl sft`` keys: 4 rows per step, micro-batches of 1 row, packed, cosine lr with warmup."""
-    return [
-        f"data.train_files={root / 'train.jsonl'}",
-        f"data.val_files={root / 'val.jsonl'}",
-        f"model.path={model}",
-        "model.enable_gradient_checkpointing=false",
-        "data.train_batch_size=4",
-        "data.micro_batch_size_per_gpu=1",
-        "data.use_dynamic_bsz=false",
-        "data.max_length=128",
-        f"trainer.total_training_steps={STEPS}",
-        "trainer.save_freq=2",
-        "trainer.test_freq=2",
-        "trainer.logger=[file]",
-        f"trainer.default_local_dir={run}",
-        "optim.lr=1e-2",
-        "optim.lr_scheduler_type=cosine",
-        "optim.lr_warmup_steps=1",
-        *extra,
-    ]
+from verl.testing.sft import overrides
 
 
 class _Stop(Exception):

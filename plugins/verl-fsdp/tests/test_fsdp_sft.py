@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from verl.testing.distributed import load_script, run_ranks
+import verl.testing.sft as SC
+from verl.testing.distributed import run_ranks
 from verl.testing.tiny import save_tiny_model
 
 HERE = Path(__file__).parent
-SC = load_script(HERE / "sft_scenarios.py", "sft_scenarios")
 FSDP = ("engine=fsdp", "trainer.n_gpus_per_node=2")
 LORA = ("model.lora_rank=4", "model.lora_alpha=8")
 COMPARED = ("train/loss", "train/grad_norm", "train/lr", "train/global_tokens", "train/epoch", "val/loss")
