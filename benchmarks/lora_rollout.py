@@ -1,11 +1,11 @@
-"""LoRA GRPO with the vLLM rollout: the adapter served by vLLM (``model.lora.merge`` unset) vs merged weights.
+"""LoRA GRPO with the vLLM rollout: the adapter served by vLLM (``model.lora.merge=false``) vs merged weights.
 
     .nox/plugin-vllm/bin/python benchmarks/lora_rollout.py --steps 3 --reps 2 --md benchmarks/results/lora_rollout.md
 
 Both sides are one ``verl train`` process each at ``benchmarks/grpo_step.py``'s ``ours-vllm`` settings (8 prompts x
-4 samples, <= 128 new tokens, SmolLM2-135M-Instruct, fp32) plus LoRA r = 16, alpha = 32, ``all-linear``; ``merged``
-adds ``actor_rollout_ref.model.lora.merge=true``. Reps alternate sides (adapter, merged, adapter, ...) so drifts in
-machine load hit both. Per side: medians over the counted steps (step 1 is warm-up) of the step, ``gen`` and
+4 samples, <= 128 new tokens, SmolLM2-135M-Instruct, fp32) plus LoRA r = 16, alpha = 32, ``all-linear``, with
+``actor_rollout_ref.model.lora.merge=false`` (adapter) or ``=true`` (merged). Reps alternate sides (adapter,
+merged, adapter, ...) so drifts in machine load hit both. Per side: medians over the counted steps (step 1 is warm-up) of the step, ``gen`` and
 ``update_weights`` seconds and the bytes each sync moves. Needs vLLM (the ``plugin(vllm)`` nox venv).
 """
 
@@ -27,7 +27,10 @@ LORA = [
     "actor_rollout_ref.model.lora_alpha=32",
     "actor_rollout_ref.model.target_modules=all-linear",
 ]
-SIDES = {"adapter": LORA, "merged": [*LORA, "actor_rollout_ref.model.lora.merge=true"]}
+SIDES = {
+    "adapter": [*LORA, "actor_rollout_ref.model.lora.merge=false"],
+    "merged": [*LORA, "actor_rollout_ref.model.lora.merge=true"],
+}
 
 
 def _median(values: list[float]) -> float:

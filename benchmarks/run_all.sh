@@ -29,3 +29,4 @@ fi
   --json "$OUT/grpo_step.json" --md "$OUT/grpo_step.md"
 # Needs verl-fsdp in $PYTHON too (pip install -e ./plugins/verl-fsdp).
 "$PY" benchmarks/hybrid_engine.py --reps "$((REPS + 1))" --json "$OUT/hybrid_engine.json" --md "$OUT/hybrid_engine.md"
+"$PY" benchmarks/lora_rollout.py --steps "$STEPS" --reps "$REPS" --json "$OUT/lora_rollout.json" --md "$OUT/lora_rollout.md"

@@ -81,17 +81,20 @@ def test_lora_merge_false_needs_a_rollout_that_serves_adapters() -> None:
 
 
 @pytest.mark.parametrize(
-    ("rank", "lora", "capabilities", "placement", "expected"),
+    ("rank", "lora", "capabilities", "placement", "device", "expected"),
     [
-        (8, {}, {"lora_adapters"}, None, True),  # verl's default merge=false, on an engine that can
-        (8, {"merge": False}, {"lora_adapters"}, "hybrid", True),
-        (8, {"merge": True}, {"lora_adapters"}, None, False),  # merged weights asked for
-        (8, {}, {"tensor_parallel"}, None, False),  # the engine cannot serve adapters: merged
-        (8, {}, {"lora_adapters"}, "standalone", False),  # a rollout pool of its own gets merged weights
-        (0, {}, {"lora_adapters"}, None, False),  # no LoRA
+        (8, {}, {"lora_adapters"}, None, None, True),  # verl's default merge=false, on an engine that can
+        (8, {}, {"lora_adapters"}, None, "cuda:0", True),
+        (8, {}, {"lora_adapters"}, None, "cpu", False),  # unset on a CPU: merged (vLLM's CPU LoRA layers are slow)
+        (8, {"merge": False}, {"lora_adapters"}, None, "cpu", True),  # asked for: served on a CPU too
+        (8, {"merge": False}, {"lora_adapters"}, "hybrid", None, True),
+        (8, {"merge": True}, {"lora_adapters"}, None, None, False),  # merged weights asked for
+        (8, {}, {"tensor_parallel"}, None, None, False),  # the engine cannot serve adapters: merged
+        (8, {}, {"lora_adapters"}, "standalone", None, False),  # a rollout pool of its own gets merged weights
+        (0, {}, {"lora_adapters"}, None, None, False),  # no LoRA
     ],
 )
-def test_serves_lora_adapters_rule(rank, lora, capabilities, placement, expected) -> None:
+def test_serves_lora_adapters_rule(rank, lora, capabilities, placement, device, expected) -> None:
     from types import SimpleNamespace
 
     from verl.config import serves_lora_adapters
@@ -102,4 +105,4 @@ def test_serves_lora_adapters_rule(rank, lora, capabilities, placement, expected
             rollout=SimpleNamespace(placement=placement, nnodes=0),
         )
     )
-    assert serves_lora_adapters(cfg, frozenset(capabilities)) is expected
+    assert serves_lora_adapters(cfg, frozenset(capabilities), device) is expected

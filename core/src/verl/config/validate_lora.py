@@ -76,18 +76,26 @@ def check_lora(cfg: RootConfig, report: IssueCollector) -> None:
         )
 
 
-def serves_lora_adapters(cfg: Any, capabilities: Any) -> bool:
+def serves_lora_adapters(cfg: Any, capabilities: Any, device: Any = None) -> bool:
     """Whether the rollout serves the actor's LoRA as an adapter (verl's ``model.lora.merge=false`` path).
 
-    True when LoRA is on (``model.lora_rank > 0``), ``model.lora.merge`` is not true, the rollout engine declares
-    the ``lora_adapters`` capability (vLLM: ``LoRARequest``s) and the rollout runs in the trainer's processes
-    (``rollout.placement`` hybrid): then only the adapter moves at each sync. Otherwise the rollout gets merged
-    weights ``W + (alpha / r) * B @ A`` (verl's ``merge=true``; the only way for engines without the capability).
+    True when LoRA is on (``model.lora_rank > 0``), the rollout engine declares the ``lora_adapters`` capability
+    (vLLM: ``LoRARequest``s), the rollout runs in the trainer's processes (``rollout.placement`` hybrid), and
+    ``model.lora.merge`` is false, or unset on an accelerator: then only the adapter moves at each sync. Otherwise
+    the rollout gets merged weights ``W + (alpha / r) * B @ A`` (verl's ``merge=true``; the only way for engines
+    without the capability).
+
+    ``merge`` unset on a ``cpu`` device (``device``: the rollout's torch device or its type) means merged weights:
+    vLLM's CPU LoRA layers generate 2.7-2.9x slower than the merged model (``benchmarks/lora_rollout.py``), far more
+    than the full-weight sync costs there. ``merge=false`` still serves the adapter on a CPU.
     """
     from verl.config.placement import rollout_placement
 
     model = cfg.actor_rollout_ref.model
-    if model.lora_rank <= 0 or (model.lora or {}).get("merge") is True:
+    merge = (model.lora or {}).get("merge")
+    if model.lora_rank <= 0 or merge is True:
+        return False
+    if merge is None and device is not None and (getattr(device, "type", None) or str(device).split(":")[0]) == "cpu":
         return False
     return "lora_adapters" in frozenset(capabilities or ()) and rollout_placement(cfg) == "hybrid"
 

@@ -44,7 +44,7 @@ The rules that come with the list:
   ``verl.interactions.base.BaseInteraction``, and ``verl.engines.serving`` (``TokenOutput``,
   ``AsyncRolloutServer``, ``check_sampling_params``) for a rollout engine that serves ``rollout.mode=async``.
 * 2.5 (minor: a name added): ``verl.config.serves_lora_adapters``, whether a rollout engine with the
-  ``lora_adapters`` capability is to serve the actor's LoRA as an adapter (``model.lora.merge``, placement);
+  ``lora_adapters`` capability is to serve the actor's LoRA as an adapter (``model.lora.merge``, placement, device);
   such an engine has ``serves_lora_adapters`` and ``load_lora_adapter(tensors, config)`` (docs/lora.md).
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented

@@ -32,8 +32,8 @@ def build_vllm_rollout_engine(
 
     arr = config.actor_rollout_ref
     model_config = getattr(arr, "model", None)
-    # LoRA: served as an adapter unless model.lora.merge=true or the placement is not hybrid (then merged weights).
-    lora_rank = int(model_config.lora_rank) if serves_lora_adapters(config, CAPABILITIES) else 0
+    # LoRA: served as an adapter unless model.lora.merge=true (or unset on a CPU) or the placement is not hybrid.
+    lora_rank = int(model_config.lora_rank) if serves_lora_adapters(config, CAPABILITIES, device) else 0
     return VLLMRolloutEngine(
         model, tokenizer, arr.rollout, device=device, options=options, model_config=model_config, lora_rank=lora_rank
     )

@@ -69,7 +69,8 @@ class ModelConfig:
     use_shm: bool = fld(False, doc="verl: copy the model to /dev/shm before loading; not built, only false")
     lora: FreeDict = free_dict(
         doc="verl's LoRA section (rank, alpha, type, merge, ...): merge=true sends merged weights to the rollout, "
-        "false serves the adapter (vllm, hybrid placement), unset = adapters where the rollout can serve them; "
+        "false serves the adapter (vllm, hybrid placement), unset = the adapter where the rollout can serve it on "
+        "an accelerator, merged weights on a CPU; "
         "the Megatron keys: megatron here has no LoRA, rank must stay 0 (use lora_rank with reference or fsdp)"
     )
 
