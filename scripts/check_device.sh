@@ -94,20 +94,7 @@ if ! "$PY" -m pip install -q ${PIP_EXTRA_ARGS:-} "${EDITABLE[@]}" "${NOX_PKG[@]}
     MODE="checkout (pip could not install: see install.log)"
     SITE=$(mktemp -d /tmp/verl-standin-site.XXXXXX)  # outside $OUT: only the summary and logs go back
 
-    "$PY" - "$SITE" "${FOLDERS[@]}" <<'PY'
-import sys, tomllib
-from pathlib import Path
-site = Path(sys.argv[1])
-for folder in sys.argv[2:]:
-    project = tomllib.loads((Path(folder) / "pyproject.toml").read_text())["project"]
-    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
-    eps = project.get("entry-points", {}).get("verl.plugins", {})
-    (info / "entry_points.txt").write_text("[verl.plugins]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()))
-PY
-    SRC=$(printf "$ROOT/%s/src:" "${FOLDERS[@]}")
-    export PYTHONPATH="$SITE:$SRC${PYTHONPATH:-}"
+    export PYTHONPATH="$("$PY" scripts/checkout_site.py "$SITE" "${FOLDERS[@]}"):${PYTHONPATH:-}"
     [ ${#NOX_PKG[@]} -gt 0 ] && { "$PY" -m pip install -q ${PIP_EXTRA_ARGS:-} nox >> "$OUT/install.log" 2>&1 || true; }
 fi
 "$PY" - <<'PY' 2>&1 | tee -a "$SUMMARY"

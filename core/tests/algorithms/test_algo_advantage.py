@@ -275,6 +275,25 @@ def test_k03b_masked_reward_is_ignored():
     assert torch.equal(adv, torch.zeros(2, 2, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.int64, torch.float32])
+def test_k03b_non_finite_reward_outside_the_mask_does_not_leak(bad, mask_dtype):
+    """The fast row sum multiplies by the mask (NaN * 0 = NaN); such rows are summed again over their valid
+    positions only, so the result equals that of the same rewards with 0 there, for every mask dtype."""
+    rng = np.random.default_rng(3)
+    r = torch.tensor(rng.integers(0, 2, (6, 5)), dtype=torch.float32)
+    m = torch.tensor([[1, 1, 1, 0, 0]] * 3 + [[1, 1, 1, 1, 1]] * 3).to(mask_dtype)
+    clean = r.clone()
+    clean[:3, 3:] = 0
+    dirty = clean.clone()
+    dirty[1, 4] = bad
+    index = np.array(["a", "a", "a", "b", "b", "b"])
+    want, _ = compute_grpo_outcome_advantage(clean, m, index)
+    got, returns = compute_grpo_outcome_advantage(dirty, m, index)
+    assert torch.isfinite(got).all() and torch.equal(got, want)
+    assert returns is got  # one tensor for both, as verl's estimators return it
+
+
 def _call(name, r, m, index, eps=1e-6):
     fns = {
         "grpo": lambda: compute_grpo_outcome_advantage(r, m, index, epsilon=eps),

@@ -140,7 +140,7 @@ def compute_grpo_outcome_advantage(
         config: unused; accepted for the common signature.
 
     Returns:
-        (advantages, returns), equal, (batch, response_len), rewards dtype.
+        (advantages, returns): one tensor returned twice, as verl's, (batch, response_len), rewards dtype.
 
     Raises:
         ValueError: bad shapes, index length mismatch. TypeError: unhashable index entries.
@@ -156,7 +156,7 @@ def compute_grpo_outcome_advantage(
     centred = torch.where(g.all_equal & ~single, torch.zeros_like(scores), scores - mean)
     adv = safe_ratio(centred, std + epsilon) if norm_adv_by_std_in_grpo else centred
     adv = broadcast(adv, valid, token_level_rewards, response_mask)
-    return adv, adv.clone()
+    return adv, adv
 
 
 @register_adv_est(AdvantageEstimator.GRPO_PASSK)
@@ -207,7 +207,7 @@ def compute_grpo_passk_outcome_advantage(
             gap = safe_ratio(gap, g.std[ranked[0]] + epsilon)
         adv[ranked[0]] = gap
     adv = broadcast(adv, valid, token_level_rewards, response_mask)
-    return adv, adv.clone()
+    return adv, adv
 
 
 @register_adv_est(AdvantageEstimator.RLOO)
@@ -236,7 +236,7 @@ def compute_rloo_outcome_advantage(
     loo = n / (n - 1).clamp(min=1) * (scores - g.mean)
     adv = torch.where(n > 1, torch.where(g.all_equal, torch.zeros_like(scores), loo), scores)
     adv = broadcast(adv, valid, token_level_rewards, response_mask)
-    return adv, adv.clone()
+    return adv, adv
 
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
@@ -266,7 +266,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     mask64 = mask_f(response_mask, torch.float64)
     tiled = broadcast(centred, valid, mask64, response_mask)
     adv = (masked_whiten(tiled, response_mask) * mask64).to(token_level_rewards.dtype)
-    return adv, adv.clone()
+    return adv, adv
 
 
 @register_adv_est(AdvantageEstimator.OPO)
@@ -298,7 +298,7 @@ def compute_opo_outcome_advantage(
     baseline = torch.where(g.count > 1, safe_ratio(num, den), torch.zeros_like(scores))
     adv = torch.where(g.all_equal & (g.count > 1), torch.zeros_like(scores), scores - baseline)
     adv = broadcast(adv, valid, token_level_rewards, response_mask)
-    return adv, adv.clone()
+    return adv, adv
 
 
 @register_adv_est(AdvantageEstimator.GPG)
@@ -334,7 +334,7 @@ def compute_gpg_outcome_advantage(
     centred = torch.where(g.count > 1, scores - g.mean, scores)
     centred = torch.where(g.all_equal & (g.count > 1), torch.zeros_like(scores), centred)
     adv = broadcast(alpha_t * centred / f_norm, valid, token_level_rewards, response_mask)
-    return adv, adv.clone()
+    return adv, adv
 
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)

@@ -117,7 +117,7 @@ def compute_gdpo_outcome_advantage(
             (the response mask's last valid slot when they are absent).
 
     Returns:
-        (advantages, returns), equal, (batch, response_len) float32 (rewards dtype without components).
+        (advantages, returns): one tensor returned twice, (batch, response_len) float32 (rewards dtype without components).
 
     Raises:
         ValueError: no ``gdpo_reward_keys`` while the batch is given; weights not one per key; a
@@ -161,4 +161,4 @@ def compute_gdpo_outcome_advantage(
         total = term if total is None else total + term
     mask64 = response_mask.to(torch.float64)
     advantages = (masked_whiten(total, response_mask) * mask64).to(components[0].dtype)
-    return advantages, advantages.clone()
+    return advantages, advantages

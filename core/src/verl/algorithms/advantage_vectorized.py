@@ -124,7 +124,7 @@ def _prepare(token_level_rewards, response_mask, index):
 def _tile(per_row: torch.Tensor, valid: torch.Tensor, like: torch.Tensor, response_mask: torch.Tensor):
     per_row = torch.where(valid, per_row, torch.zeros_like(per_row)).to(like.dtype)
     adv = per_row.unsqueeze(-1) * response_mask.to(like.dtype)
-    return adv, adv.clone()
+    return adv, adv
 
 
 @register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)
@@ -155,7 +155,7 @@ def compute_grpo_vectorized_outcome_advantage(
         config: unused, accepted for the common signature.
 
     Returns:
-        (advantages, returns), equal, (batch, response_len).
+        (advantages, returns): one tensor returned twice, as verl's, (batch, response_len).
 
     Raises:
         ValueError: bad shapes, missing index or index length mismatch.

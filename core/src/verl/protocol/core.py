@@ -92,6 +92,14 @@ class DataProto(DataProtoOpsMixin, FoldingMixin, TensorDictIOMixin):
 
     # ----------------------------------------------------------------------------------------- construction
     @classmethod
+    def _derived(cls, batch: TensorDictBase | None, non_tensor_batch: dict, meta_info: dict) -> DataProto:
+        """A DataProto made from the pieces of one that passed :meth:`check_consistency` (row slices or gathers of
+        every field alike): built without checking again, which is most of the cost of a small piece."""
+        data = cls.__new__(cls)
+        data.batch, data.non_tensor_batch, data.meta_info = batch, non_tensor_batch, meta_info
+        return data
+
+    @classmethod
     def from_dict(
         cls,
         tensors: Mapping[str, torch.Tensor] | None = None,
@@ -290,10 +298,8 @@ class DataProto(DataProtoOpsMixin, FoldingMixin, TensorDictIOMixin):
             index = rows.torch if self.batch.device is None else rows.torch.to(self.batch.device)
             # index_select per tensor: about 20% faster than TensorDict's advanced indexing (same result).
             batch = self.batch.apply(lambda t: torch.index_select(t, 0, index.to(t.device)), batch_size=[len(index)])
-        return type(self)(
-            batch=batch,
-            non_tensor_batch={key: value[rows.numpy] for key, value in self.non_tensor_batch.items()},
-            meta_info=dict(self.meta_info),
+        return type(self)._derived(
+            batch, {key: value[rows.numpy] for key, value in self.non_tensor_batch.items()}, dict(self.meta_info)
         )
 
     # --------------------------------------------------------------------------------------- key management
