@@ -4,9 +4,10 @@
 * the preallocated KV cache (instead of transformers' concatenating ``DynamicCache``);
 * the GQA decode attention (instead of ``sdpa`` with repeated key/value heads);
 * the ``(W @ x^T)^T`` form of the decode step's few-row linears;
-* inverse-CDF sampling from one uniform draw per row and step (instead of one ``multinomial`` per row).
+* inverse-CDF sampling from one uniform draw per row and step (instead of one ``multinomial`` per row);
+* one prefill per distinct prompt, its keys and values copied to the rows sharing it (GRPO's n samples).
 
-The first four are compared against the engine with each of them switched off (same tokens, same
+The first four and the last are compared against the engine with each of them switched off (same tokens, same
 log-probs to float tolerance); the sampler against its definition.
 """
 
@@ -156,3 +157,53 @@ def test_inverse_cdf_sampling_follows_the_distribution():
     assert torch.allclose(freq, want.double(), atol=0.01)
     # log-probs are the unfiltered tempered ones (K09), whatever the sampler
     torch.testing.assert_close(logp, torch.log_softmax(logits / 0.8, -1)[0, tokens])
+
+
+def _repeated(tok, n: int) -> DataProto:
+    """Each prompt n times in a row (GRPO's ``repeat(n, interleave=True)``), one seed per row."""
+    batch = _batch(tok, extra_left_pad=3)
+    rows = torch.arange(len(PROMPTS)).repeat_interleave(n)
+    seeds = torch.arange(len(rows), dtype=torch.int64) + 100
+    return DataProto.from_dict(
+        tensors={"input_ids": batch.batch["input_ids"][rows], "attention_mask": batch.batch["attention_mask"][rows]}
+        | {"sample_seed": seeds}
+    )
+
+
+def test_shared_prompt_rows_maps_each_row_to_the_first_row_of_its_prompt():
+    ids = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 5, 6], [0, 5, 6], [0, 0, 9]])
+    mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [0, 1, 1], [0, 0, 1]])
+    owner, firsts = rollout_module.shared_prompt_rows(ids, mask)
+    assert torch.equal(firsts[owner], torch.tensor([0, 0, 2, 0, 4]))  # rows 0, 1, 3 share row 0's prompt
+    # Same tokens under a different mask (a real token 0 vs padding) are different prompts.
+    assert rollout_module.shared_prompt_rows(ids[[0, 2]], mask[[0, 2]]) is None
+    assert rollout_module.shared_prompt_rows(ids[[0, 4]], mask[[0, 4]]) is None
+
+
+@pytest.mark.parametrize(("do_sample", "cache"), [(True, "preallocated"), (False, "preallocated"), (True, "dynamic")])
+def test_shared_prompt_prefill_equals_prefilling_every_row(setup, monkeypatch, do_sample, cache):
+    """n = 4 samples per prompt: one prefill per distinct prompt, keys/values copied to its rows, gives the
+    same tokens and log-probs as prefilling all 24 rows (with either KV cache)."""
+    path, tok = setup
+    if cache == "dynamic":
+        monkeypatch.setattr(kv_cache, "preallocated_cache", lambda config, capacity: None)
+    calls = []
+    config = make_rollout_config(response_length=12, temperature=1.2, do_sample=do_sample)
+    engine = build_hf_rollout(config, str(path), tok)
+    forward = engine.model.forward
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(engine.model, "forward", counting)
+    shared = engine.generate(_repeated(tok, 4))
+    assert calls[0][0] == len(PROMPTS)  # the prefill ran on the 6 distinct prompts, not 24 rows
+    monkeypatch.setattr(rollout_module, "SHARE_PROMPT_PREFILL", False)
+    calls.clear()
+    every = engine.generate(_repeated(tok, 4))
+    assert calls[0][0] == 4 * len(PROMPTS)
+    _same(shared, every)
+    if do_sample:  # the n samples of a prompt differ (their own seeds), so the copies are independent rows
+        r = shared.batch["responses"].view(len(PROMPTS), 4, -1)
+        assert any(not torch.equal(r[p, 0], r[p, k]) for p in range(len(PROMPTS)) for k in range(1, 4))

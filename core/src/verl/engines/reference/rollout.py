@@ -36,6 +36,31 @@ if TYPE_CHECKING:
 _SERVER_LOCK = threading.Lock()  # module-wide, so an engine holds no lock (it stays picklable / copyable)
 
 
+#: Prefill each distinct prompt of a batch once (:func:`shared_prompt_rows`); tests turn it off to compare.
+SHARE_PROMPT_PREFILL = True
+
+
+def shared_prompt_rows(input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Rows that repeat another row's prompt: ``(owner, firsts)`` or None when every prompt is distinct.
+
+    Args:
+        input_ids, mask: ``(batch, prompt_len)`` left-padded prompts and their attention mask.
+
+    Returns:
+        ``firsts`` ``(distinct,)``: the first row of each distinct prompt (tokens and mask equal); ``owner``
+        ``(batch,)``: for each row, the index into ``firsts`` of its prompt.
+    """
+    key = torch.cat([input_ids * mask, mask], dim=1)
+    _, owner = torch.unique(key, dim=0, return_inverse=True)
+    distinct = int(owner.max()) + 1 if owner.numel() else 0
+    if distinct == key.shape[0]:
+        return None
+    rows = torch.arange(key.shape[0], device=owner.device)
+    firsts = torch.full((distinct,), key.shape[0], dtype=torch.long, device=owner.device)
+    firsts = firsts.scatter_reduce(0, owner, rows, reduce="amin")
+    return owner, firsts
+
+
 def _cfg(config: Any, name: str, default: Any) -> Any:
     value = getattr(config, name, default)
     return default if value is None else value
@@ -358,15 +383,22 @@ class HFRolloutEngine:
         cache = preallocated_cache(self.model.config, mask.shape[1] + resp_len) or DynamicCache(
             config=self.model.config
         )
+        # GRPO's n samples of a prompt are n equal rows: prefill each distinct prompt once, then copy its keys,
+        # values and last logits to every row holding it (what vLLM's prefix cache saves).
+        owner = shared_prompt_rows(input_ids, mask) if SHARE_PROMPT_PREFILL else None
+        prefill = slice(None) if owner is None else owner[1]
         out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=position_ids,
+            input_ids=input_ids[prefill],
+            attention_mask=mask[prefill],
+            position_ids=position_ids[prefill],
             use_cache=True,
             logits_to_keep=1,
             **{self._cache_kwarg: cache},
         )
         logits = out.logits[:, -1, :]
+        if owner is not None:
+            logits = logits[owner[0]]
+            cache.batch_select_indices(owner[0])
         rows = torch.arange(bs, device=self.device)  # original row of each running row
         next_pos = position_ids[:, -1] + 1
         for step in range(resp_len):
