@@ -9,8 +9,6 @@ resume scenario (``sft_scenarios.py``) runs under the same torchrun-style enviro
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,6 @@ import torch
 
 import verl.testing.sft as SC
 from verl.testing.distributed import run_ranks
-from verl.testing.tiny import save_tiny_model
 
 HERE = Path(__file__).parent
 FSDP = ("engine=fsdp", "trainer.n_gpus_per_node=2")
@@ -28,43 +25,18 @@ COMPARED = ("train/loss", "train/grad_norm", "train/lr", "train/global_tokens", 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fsdp_sft")
-    SC.write_rows(root)
-    return root, save_tiny_model(root / "model")
-
-
-def _rows(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return SC.make_assets(tmp_path_factory.mktemp("fsdp_sft"))
 
 
 def _reference(assets, run: Path, *extra: str) -> tuple[list[dict], dict[str, torch.Tensor]]:
-    """The oracle: the one-process reference engine, in this process; its rows and final weights."""
-    from verl.config.sft_loader import load_sft_config
-    from verl.trainer.sft_trainer import SFTTrainer
-
-    root, model = assets
-    SFTTrainer(load_sft_config(None, SC.overrides(root, model, run, *extra))).fit()
-    return _rows(run), _weights(run / "final_hf")
+    return SC.reference_run(*assets, run, *extra)
 
 
-def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(folder / "model.safetensors"))
+def _verl_sft(assets, run: Path, *extra: str):
+    return SC.launch(*assets, run, *FSDP, *extra)
 
 
-def _verl_sft(assets, run: Path, *extra: str) -> subprocess.CompletedProcess:
-    root, model = assets
-    cmd = [sys.executable, "-m", "verl.trainer.sft_trainer", *SC.overrides(root, model, run, *FSDP, *extra)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env={**_env(), "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+_rows, _weights = SC.metrics, SC.hf_weights
 
 
 def _assert_same_rows(got: list[dict], want: list[dict]) -> None:

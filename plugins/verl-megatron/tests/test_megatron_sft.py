@@ -6,17 +6,10 @@ Real launches: ``verl sft engine=megatron trainer.n_gpus_per_node=2 ...`` starts
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 import verl.testing.sft as SC
-from verl.testing.tiny import save_tiny_model
 
 pytestmark = pytest.mark.multiprocess
 METRIC_RTOL = 1e-4  # as test_megatron_equivalence.py
@@ -30,54 +23,26 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("megatron_sft")
-    SC.write_rows(root)
-    return root, save_tiny_model(root / "model")
-
-
-def _rows(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
-def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(folder / "model.safetensors"))
+    return SC.make_assets(tmp_path_factory.mktemp("megatron_sft"))
 
 
 @pytest.fixture(scope="module")
 def reference(assets, tmp_path_factory):
-    from verl.config.sft_loader import load_sft_config
-    from verl.trainer.sft_trainer import SFTTrainer
-
-    root, model = assets
-    run = tmp_path_factory.mktemp("reference")
-    SFTTrainer(load_sft_config(None, SC.overrides(root, model, run))).fit()
-    return _rows(run), _weights(run / "final_hf")
+    return SC.reference_run(*assets, tmp_path_factory.mktemp("reference"))
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_megatron_sft_over_two_ranks_equals_the_reference_engine(assets, reference, tmp_path, layout):
-    root, model = assets
-    keys = SC.overrides(root, model, tmp_path, "engine=megatron", "trainer.n_gpus_per_node=2", *LAYOUTS[layout])
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.sft_trainer", *keys],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**env, "OMP_NUM_THREADS": "1"},
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    SC.launch(*assets, tmp_path, "engine=megatron", "trainer.n_gpus_per_node=2", *LAYOUTS[layout])
     want_rows, want_weights = reference
-    rows = _rows(tmp_path)
+    rows = SC.metrics(tmp_path)
     assert [r["step"] for r in rows] == [r["step"] for r in want_rows] == list(range(1, SC.STEPS + 1))
     for got, want in zip(rows, want_rows, strict=True):
         for key in COMPARED:
             assert (key in got) == (key in want), (got["step"], key)
             if key in want:
                 assert got[key] == pytest.approx(want[key], rel=METRIC_RTOL, abs=1e-7), (layout, got["step"], key)
-    weights = _weights(tmp_path / "final_hf")
+    weights = SC.hf_weights(tmp_path / "final_hf")
     if "lm_head.weight" in weights and "lm_head.weight" not in want_weights:
         # The tiny model ties its LM head to the embedding; Megatron's HF export writes the head out as well.
         assert torch.equal(weights.pop("lm_head.weight"), weights["model.embed_tokens.weight"])
