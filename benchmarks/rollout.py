@@ -7,6 +7,9 @@
     # server-based rollout (rollout.mode=async) against the batched call, same engines, same prompts:
     OMP_NUM_THREADS=2 python benchmarks/rollout.py --engines hf vllm --modes sync async --batch-sizes 8 32
 
+``--samples-per-prompt n`` builds each batch as GRPO does (``size / n`` prompts, each ``n`` times in a row, seeds
+differ); ``hf-noshare`` is the ``hf`` engine prefilling every row, the baseline of its shared-prompt prefill.
+
 ``--engines``: ``hf`` (core), ``vllm`` / ``vllm-bf16`` (verl-vllm; ``-bf16`` only matters on the CPU, where
 float32 is the default), ``sglang`` (verl-sglang) and ``trtllm`` (verl-trtllm), both CUDA-only. The sglang and
 trtllm rows have not been measured yet: no GPU machine has run this script.
@@ -122,7 +125,7 @@ def rescore(path: Path) -> int:
     return 0
 
 
-ENGINES = ("hf", "vllm", "vllm-bf16", "sglang", "trtllm")
+ENGINES = ("hf", "hf-noshare", "vllm", "vllm-bf16", "sglang", "trtllm")
 GPU_ONLY = ("sglang", "trtllm")
 
 
@@ -138,8 +141,9 @@ def roofline(params: int, bytes_per_param: int, bandwidth: float, peak: float, b
 
 
 # ---------------------------------------------------------------------------------------------- workload
-def prompt_batches(tokenizer: Any, sizes: list[int], max_prompt_length: int) -> dict[int, Any]:
-    """The first ``max(sizes)`` GSM8K test prompts, tokenized as the trainer does, cut to each size."""
+def prompt_batches(tokenizer: Any, sizes: list[int], max_prompt_length: int, samples: int = 1) -> dict[int, Any]:
+    """The first ``max(sizes)`` GSM8K test prompts, tokenized as the trainer does, cut to each size; with
+    ``samples`` > 1 each batch holds ``size / samples`` prompts, each ``samples`` times in a row (GRPO's n)."""
     from verl.data import RLHFDataset, collate_fn
     from verl.data.gsm8k import default_source_dir, prepare_gsm8k
 
@@ -151,7 +155,7 @@ def prompt_batches(tokenizer: Any, sizes: list[int], max_prompt_length: int) -> 
     full = collate_fn([dataset[i] for i in range(max(sizes))])
     batches = {}
     for bs in sizes:
-        part = full[torch.arange(bs)]
+        part = full[torch.arange(bs) // samples]
         part.batch["sample_seed"] = torch.arange(bs, dtype=torch.long) + 1000
         batches[bs] = part
     return batches
@@ -188,7 +192,7 @@ def build_engine(kind: str, path: Any, tokenizer: Any, args: argparse.Namespace)
     if device != "cpu":
         cfg.gpu_memory_utilization = 0.5  # the colocated trainer's share is left free, as in a hybrid run
     context = args.max_prompt_length + args.response_length
-    if kind == "hf":
+    if kind in ("hf", "hf-noshare"):
         from verl.engines.reference.rollout import HFRolloutEngine
 
         engine = HFRolloutEngine(path, tokenizer, cfg, device=device)
@@ -259,6 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--response-length", type=int, default=128)
     parser.add_argument("--max-prompt-length", type=int, default=256)
+    parser.add_argument(
+        "--samples-per-prompt",
+        type=int,
+        default=1,
+        help="GRPO's n: each prompt this many times in a row (seeds differ)",
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--json", type=Path, default=None, help="write every measurement here")
     parser.add_argument("--md", type=Path, default=None, help="write the markdown table here")
@@ -271,12 +281,14 @@ def main(argv: list[str] | None = None) -> int:
         return rescore(args.rescore)
     torch.set_num_threads(args.threads)
     load_start = load_avg()
-
+    from verl.engines.reference import rollout as rollout_module
     from verl.models import load_tokenizer, resolve_model_path
 
     path = resolve_model_path(MODEL)
     tokenizer = load_tokenizer(path)
-    batches = prompt_batches(tokenizer, args.batch_sizes, args.max_prompt_length)
+    if any(bs % args.samples_per_prompt for bs in args.batch_sizes):
+        parser.error("--batch-sizes must be multiples of --samples-per-prompt")
+    batches = prompt_batches(tokenizer, args.batch_sizes, args.max_prompt_length, args.samples_per_prompt)
     batches = {bs: batch.to(args.device) for bs, batch in batches.items()}
 
     bf16 = any(is_bf16(kind, args.device) for kind in args.engines)
@@ -293,8 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoConfig
 
     hf_cfg = AutoConfig.from_pretrained(str(path))
-    has_hf = "hf" in engines or "hf-async" in engines
-    params = sum(p.numel() for p in hf_model(engines, "hf").parameters()) if has_hf else 134_515_008
+    hf_kind = next((k for k in ("hf", "hf-noshare") if k in engines or f"{k}-async" in engines), None)
+    params = sum(p.numel() for p in hf_model(engines, hf_kind).parameters()) if hf_kind else 134_515_008
     # warm-up (first-call allocations, vLLM's first scheduling) on the smallest batch, not timed
     for engine in engines.values():
         run_once(engine, batches[min(args.batch_sizes)])
@@ -303,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     for rep in range(args.reps):
         for bs in args.batch_sizes:
             for kind, engine in engines.items():
+                # hf-noshare: the hf engine prefilling every row, also those repeating a prompt (the baseline of
+                # the shared-prompt prefill)
+                rollout_module.SHARE_PROMPT_PREFILL = kind.removesuffix("-async") != "hf-noshare"
                 run = run_once(engine, batches[bs])
                 samples.setdefault((kind, bs), []).append(run)
                 print(
@@ -328,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             "response_length": args.response_length,
             "max_prompt_length": args.max_prompt_length,
             "modes": args.modes,
+            "samples_per_prompt": args.samples_per_prompt,
         },
         "rows": rows,
     }
@@ -343,6 +359,7 @@ def markdown(result: dict) -> str:
         f"of the run: read bandwidth {m['bandwidth_GBps']:.1f} GB/s, matmul peak {m['fp32_GFLOPs']:.0f} GFLOP/s "
         f"fp32{bf16}; load average {result['load_avg_start']} -> {result['load_avg_end']}",
         "startup: " + ", ".join(f"{k} {v:.1f} s" for k, v in result["startup_s"].items()),
+        f"samples per prompt: {result['settings'].get('samples_per_prompt', 1)} (each prompt that many times in a row)",
         "",
         "| batch | engine | tokens/s (median) | min - max | response tokens | roofline tokens/s (beside each run) "
         "| fraction of roofline | min - max | fraction of the run's best roofline | other processes' CPU |",
