@@ -38,7 +38,7 @@ def test_gsm8k_sft_rows_then_one_sft_step_on_them(tmp_path: Path, capsys: pytest
         "data.max_length=256",
         "trainer.total_training_steps=1",
         f"trainer.default_local_dir={run}",
-        "trainer.logger=[file]",
+        "trainer.logger=[console,file]",
     ]
     capsys.readouterr()
     assert main(["sft", "data.prompt_key=question", *common]) == 2  # response_key missing
@@ -46,4 +46,5 @@ def test_gsm8k_sft_rows_then_one_sft_step_on_them(tmp_path: Path, capsys: pytest
     assert main(["sft", "data.prompt_key=question", "data.response_key=answer", *common]) == 0
     (row,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert row["step"] == 1 and row["train/loss"] > 0
+    assert f"loss {row['train/loss']:.4g}" in capsys.readouterr().out  # the console line shows the SFT loss
     assert (run / "final_hf" / "config.json").is_file() and (run / "global_step_1").is_dir()

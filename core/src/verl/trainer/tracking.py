@@ -3,8 +3,8 @@
 Follows ``verl/utils/tracking.py`` (``Tracking(project_name, experiment_name, default_backend, config)``,
 ``log(data, step)``, ``finish(exit_code)``). Built in, needing no account or network:
 
-* ``console`` — one concise line per step (step, score, pg_loss, response length, step time, val-core/*),
-  under a tqdm progress bar of the total steps when stdout is a terminal;
+* ``console`` — one concise line per step (step, score, pg_loss, response length, SFT loss / val loss, step time,
+  val-core/*), under a tqdm progress bar of the total steps when stdout is a terminal;
 * ``file`` — ``{run_dir}/metrics.jsonl``: one JSON object per ``log`` call, ``{"step": N, <metric>: value, ...}``,
   flushed each step; NaN/inf become ``null`` so every line is strict JSON. A run that starts at step ``S``
   (resumed from ``global_step_S``, or ``S = 0`` from scratch) first rewinds the file to ``S``
@@ -49,6 +49,8 @@ _CONSOLE_KEYS = (
     ("critic/score/mean", "score"),
     ("actor/pg_loss", "pg_loss"),
     ("response_length/mean", "resp_len"),
+    ("train/loss", "loss"),  # verl sft
+    ("val/loss", "val_loss"),
     ("timing_s/step", "step_s"),
 )
 
