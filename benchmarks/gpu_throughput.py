@@ -210,7 +210,7 @@ def read_steps(side: str, run: Path, log: Path) -> list[dict[str, float]]:
 
 
 def run_side(side: str, args: argparse.Namespace, model: Path, data: Path) -> dict[str, Any]:
-    run = args.out / side
+    run = args.work / side
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     cmd = verl_command(args, model, data, run) if side == "verl" else our_command(side, args, model, data, run)
@@ -225,6 +225,7 @@ def run_side(side: str, args: argparse.Namespace, model: Path, data: Path) -> di
         except subprocess.TimeoutExpired:
             rc = 124
     wall = time.time() - started
+    shutil.copy(log, args.out / f"{side}.log")
     steps = read_steps(side, run, log)
     counted = steps[1:]
 
@@ -302,19 +303,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.4)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--side-timeout", type=float, default=300.0, help="seconds per side before it is stopped")
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "gpu_throughput")
+    parser.add_argument("--out", type=Path, default=REPO / "runs" / "gpu_throughput", help="results (md, json)")
+    parser.add_argument(
+        "--work", type=Path, default=None, help="model, data and run folders (default OUT/work); keep it off $OUT"
+    )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be >= 2 (step 1 is warm-up)")
     args.out.mkdir(parents=True, exist_ok=True)
+    args.work = args.work or args.out / "work"
+    args.work.mkdir(parents=True, exist_ok=True)
     if not (args.tokenizer / "tokenizer.json").exists() and not (args.tokenizer / "tokenizer_config.json").exists():
         parser.error(
             f"--tokenizer {args.tokenizer}: no tokenizer files (scripts/gpu_throughput.sh --prepare copies them)"
         )
-    model = args.out / f"model-{args.size}"
+    model = args.work / f"model-{args.size}"
     info = build_model(args.size, args.tokenizer, model)
     print(f"model {args.size}: {info['params'] / 1e9:.3f} B parameters at {model}", file=sys.stderr)
-    data = args.out / "data"
+    data = args.work / "data"
     subprocess.run([sys.executable, "-m", "verl.cli.main", "data", "gsm8k", "--out", str(data)], check=True)
     reasons = available_sides(args.sides, args.verl_python)
     runs = []

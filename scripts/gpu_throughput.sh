@@ -55,7 +55,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
     2>&1 | tee -a "$OUT/machine.txt"
 ARGS=("$@")
 [ ${#ARGS[@]} -eq 0 ] && ARGS=(--size 0.5b --steps 3)
-timeout "${BUDGET_S:-480}" "$PY" benchmarks/gpu_throughput.py --tokenizer "$BENCH/tokenizer" --out "$OUT" "${ARGS[@]}"
+# Model, data and run folders stay off $OUT (only results and logs go back from a device machine).
+timeout "${BUDGET_S:-480}" "$PY" benchmarks/gpu_throughput.py --tokenizer "$BENCH/tokenizer" --out "$OUT" \
+    --work "${WORK:-/tmp/verl-gpu-throughput}" "${ARGS[@]}"
 rc=$?
 [ "$rc" = 124 ] && echo "stopped at the ${BUDGET_S:-480}s budget: the sides finished so far are in $OUT"
 exit "$rc"

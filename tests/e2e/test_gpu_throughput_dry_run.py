@@ -25,6 +25,7 @@ def test_tiny_dry_run_reports_each_side(tmp_path):
         "--device=cpu",
         f"--tokenizer={tmp_path / 'tok'}",
         f"--out={out}",
+        f"--work={tmp_path / 'work'}",
         "--steps=2",
         "--prompts=4",
         "--n=2",
@@ -42,10 +43,15 @@ def test_tiny_dry_run_reports_each_side(tmp_path):
     (run,) = result["runs"]
     assert run["side"] == "ours-reference-hf" and run["returncode"] == 0 and run["steps"] == 2
     # The reported throughput is verl's perf/throughput of the counted step: tokens over the step time.
-    rows = [json.loads(x) for x in (out / "ours-reference-hf" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / "work" / "ours-reference-hf" / "metrics.jsonl").read_text().splitlines()]
     counted = [r for r in rows if "timing_s/step" in r][1:]
     want = statistics.median(r["perf/total_num_tokens"] / r["timing_s/step"] for r in counted)
     assert abs(run["throughput"] - want) <= 1e-6 * want
     assert run["stages"]["gen"] > 0 and run["stages"]["update_actor"] > 0
     assert "verl==0.9" in result["not_run"]["verl"]
     assert "not run: no --verl-python" in (out / "gpu_throughput.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == [
+        "gpu_throughput.json",
+        "gpu_throughput.md",
+        "ours-reference-hf.log",
+    ]
