@@ -44,15 +44,16 @@ mkdir -p "$OUT"
 SITE=$(mktemp -d /tmp/verl-gpu-site.XXXXXX)
 if compgen -G "$BENCH/wheels/*.whl" >/dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE/wheels" "$BENCH"/wheels/*.whl \
-        > "$OUT/install.log" 2>&1 || { echo "installing the carried wheels failed: $OUT/install.log"; exit 1; }
+        > "$OUT/setup.log" 2>&1 || { echo "installing the carried wheels failed: $OUT/setup.log"; exit 1; }
     export PYTHONPATH="$SITE/wheels:${PYTHONPATH:-}"
 fi
 FOLDERS=(core plugins/verl-fsdp)
 "$PY" -c "import vllm" >/dev/null 2>&1 && FOLDERS+=(plugins/verl-vllm)
 export PYTHONPATH="$("$PY" scripts/checkout_site.py "$SITE/checkout" "${FOLDERS[@]}"):$PYTHONPATH"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$OUT/machine.txt"
+# One setup file beside the results: a device machine returns at most 8 files (md, json, setup, a log per side).
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$OUT/setup.log"
 "$PY" -c "import torch, verl, tensordict; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" \
-    2>&1 | tee -a "$OUT/machine.txt"
+    2>&1 | tee -a "$OUT/setup.log"
 ARGS=("$@")
 [ ${#ARGS[@]} -eq 0 ] && ARGS=(--size 0.5b --steps 3)
 # Model, data and run folders stay off $OUT (only results and logs go back from a device machine).
