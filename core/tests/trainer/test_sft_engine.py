@@ -84,7 +84,6 @@ def test_lora_sft_trains_only_the_adapter_and_writes_a_merged_model(tmp_path):
     from safetensors.torch import load_file
 
     from verl.testing.tiny import save_tiny_model
-    from verl.trainer.checkpoint import load_part
     from verl.trainer.sft_trainer import SFTTrainer
 
     rng = random.Random(0)
@@ -117,8 +116,11 @@ def test_lora_sft_trains_only_the_adapter_and_writes_a_merged_model(tmp_path):
     trainer, lora = run("lora", "model.lora_rank=4", "model.lora_alpha=8", "model.target_modules=[q_proj,v_proj]")
     assert lora[0]["train/loss"] == pytest.approx(full[0]["train/loss"], rel=1e-6)
     assert lora[1]["train/loss"] != pytest.approx(full[1]["train/loss"], rel=1e-3)  # different updates
-    state = load_part(tmp_path / "lora" / "global_step_2", "actor")
+    actor = tmp_path / "lora" / "global_step_2" / "actor"
+    state = torch.load(actor / "model_world_size_1_rank_0.pt", weights_only=False)
     assert state["model"] and all(".lora_A." in k or ".lora_B." in k for k in state["model"]), list(state["model"])
+    info = json.loads((actor / "checkpoint.json").read_text())
+    assert info["strategy"] == "reference" and info["lora"]["base_model"] == str(model)
     base = load_file(str(model / "model.safetensors"))
     merged = load_file(str(tmp_path / "lora" / "final_hf" / "model.safetensors"))
     changed = sorted(n for n, t in merged.items() if not torch.equal(t, base[n]))
@@ -130,3 +132,11 @@ def test_lora_sft_trains_only_the_adapter_and_writes_a_merged_model(tmp_path):
     a, b = peft[f"{prefix}.lora_A.default.weight"], peft[f"{prefix}.lora_B.default.weight"]
     torch.testing.assert_close(merged[name], base[name] + (8 / 4) * b @ a, rtol=0, atol=1e-6)
     assert (tmp_path / "lora" / "final_hf" / "lora_adapter" / "adapter_config.json").exists()
+    # `verl export` of the LoRA checkpoint: the merged model (= final_hf) or the adapter alone.
+    from verl.cli.main import main as verl_main
+
+    assert verl_main(["export", str(actor.parent), str(tmp_path / "merged")]) == 0
+    exported = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    assert all(torch.allclose(exported[n], t, atol=1e-6, rtol=0) for n, t in merged.items())
+    assert verl_main(["export", str(actor.parent), str(tmp_path / "adapter"), "--adapter"]) == 0
+    assert (tmp_path / "adapter" / "adapter_config.json").exists()

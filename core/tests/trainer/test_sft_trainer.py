@@ -168,6 +168,16 @@ def test_resume_is_exact_and_the_output_loads_as_the_rl_actor(assets, tmp_path):
             per_batch.append(float(_independent_loss(hf, batch, masks)))
     assert rows[-1]["val/loss"] == pytest.approx(sum(per_batch) / len(per_batch), rel=1e-5)
 
+    # `verl export` reads an SFT checkpoint as an RL one: the last checkpoint's weights are final_hf's.
+    from safetensors.torch import load_file
+
+    from verl.cli.main import main as verl_main
+
+    assert verl_main(["export", str(tmp_path / "a" / "global_step_5"), str(tmp_path / "exported")]) == 0
+    exported = load_file(str(tmp_path / "exported" / "model.safetensors"))
+    for name, tensor in load_file(str(final / "model.safetensors")).items():
+        assert torch.equal(exported[name], tensor), name
+
     # The folder is an RL run's actor model: config accepts it, the actor engine loads the trained weights.
     from verl.config import load_config
     from verl.engines.reference.builders import build_reference_training_engine

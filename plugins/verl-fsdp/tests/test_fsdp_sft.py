@@ -69,6 +69,16 @@ def test_fsdp_sft_over_two_ranks_equals_the_reference_engine(assets, tmp_path):
     assert ckpt.is_dir() and any(ckpt.rglob("*.distcp"))
     assert (tmp_path / "fsdp" / "latest_checkpointed_iteration.txt").read_text() == "5"
 
+    # `verl export` merges the last DCP checkpoint into the final weights; the one-process engine refuses to resume it.
+    from verl.cli.main import main as verl_main
+    from verl.trainer.checkpoint import CheckpointResumeError
+
+    assert verl_main(["export", str(tmp_path / "fsdp" / "global_step_5"), str(tmp_path / "exported")]) == 0
+    for name, tensor in _weights(tmp_path / "fsdp" / "final_hf").items():
+        assert torch.equal(_weights(tmp_path / "exported")[name], tensor), name
+    with pytest.raises(CheckpointResumeError, match=r"engine.strategy=fsdp over 2 process\(es\), this run is"):
+        _reference(assets, tmp_path / "fsdp", "trainer.total_training_steps=6")
+
     # A sharded run stopped after its step-2 checkpoint and resumed goes on exactly as the uninterrupted one.
     root, model = assets
     resumed = tmp_path / "resumed"

@@ -59,6 +59,15 @@ def _launch_ranks(cfg: Any, items: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if cfg.engine.strategy != "megatron":  # data parallel over every rank: check the batch split before launching
+        from verl.config.errors import ConfigError
+        from verl.trainer.sft_engine import check_world
+
+        try:
+            check_world(cfg, t.n_gpus_per_node)
+        except ConfigError as exc:
+            print(f"verl sft: config error:\n{exc}", file=sys.stderr)
+            return 2
     resolve_model_path(cfg.model.path)  # a GGUF default model is converted once, here, not by every rank
     cmd = torchrun_command(t.n_gpus_per_node, items)
     print(f"verl sft: starting {t.n_gpus_per_node} ranks: {' '.join(cmd[1:6])} ...", file=sys.stderr)

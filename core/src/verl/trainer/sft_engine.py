@@ -29,7 +29,15 @@ _KEY_MAP: tuple[tuple[str, str], ...] = (
     ("actor_rollout_ref.actor.engine_kwargs.reference.", "engine."),
     ("actor_rollout_ref.actor.engine_kwargs.fsdp.", "engine."),
     ("actor_rollout_ref.actor.engine_kwargs.megatron.", "engine."),
+    ("actor_rollout_ref.actor.engine_kwargs.reference", "engine"),
+    ("actor_rollout_ref.actor.engine_kwargs.fsdp", "engine"),
+    ("actor_rollout_ref.actor.engine_kwargs.megatron", "engine"),
     ("actor_rollout_ref.actor.engine_kwargs", "engine"),
+    # the options classes' own messages name the section without its prefix
+    ("engine_kwargs.reference.dtype", "engine.model_dtype"),
+    ("engine_kwargs.reference.", "engine."),
+    ("engine_kwargs.fsdp.", "engine."),
+    ("engine_kwargs.megatron.", "engine."),
     ("actor_rollout_ref.actor.fsdp_config.", "engine."),
     ("actor_rollout_ref.actor.megatron.", "engine."),
     ("actor_rollout_ref.actor.fsdp_config", "engine"),
@@ -93,6 +101,7 @@ def actor_run_config(cfg: SFTConfig, *, plugin_manager: Any = None) -> Any:
     from verl.config.dump import to_dict
 
     d, m, e = cfg.data, cfg.model, cfg.engine
+    _check_option_names(cfg, plugin_manager)
     arr = "actor_rollout_ref"
     values: dict[str, Any] = {
         "trainer.device": cfg.trainer.device,
@@ -140,6 +149,53 @@ def actor_run_config(cfg: SFTConfig, *, plugin_manager: Any = None) -> Any:
         raise ConfigError([ConfigIssue(sft_key(i.key), sft_key(i.message)) for i in exc.issues]) from None
 
 
+def resolved_strategy(cfg: SFTConfig) -> str:
+    """The training engine's name as the plugins know it (verl's ``fsdp2`` is the ``fsdp`` engine here)."""
+    return "fsdp" if cfg.engine.strategy == "fsdp2" else cfg.engine.strategy
+
+
+#: What the one-process engine honours of verl's fsdp_config-style engine keys (verl.config.aliases).
+_REFERENCE_OPTIONS = ("model_dtype", "param_offload", "optimizer_offload")
+
+
+def _check_option_names(cfg: SFTConfig, plugin_manager: Any) -> None:
+    """A flat ``engine.<key>`` close to one of the engine's own option names is a typo: say which one was meant
+    (the engine's own check would only say the key is not its option)."""
+    import difflib
+
+    import attrs
+
+    names: tuple[str, ...]
+    if resolved_strategy(cfg) == "reference":
+        names = _REFERENCE_OPTIONS
+    else:
+        try:
+            from verl.plugins import get_plugin_manager
+
+            spec = (plugin_manager or get_plugin_manager()).get("training_engine", resolved_strategy(cfg))
+        except Exception:  # an unknown engine: the carrier config reports it with the installed names
+            return
+        cls = getattr(spec, "options_cls", None)
+        if cls is None or not attrs.has(cls):
+            return
+        names = (*(f.name for f in attrs.fields(cls)), "model_dtype")
+    issues = []
+    for key in cfg.engine.options:
+        if key in names:
+            continue
+        close = difflib.get_close_matches(key, names, n=2, cutoff=0.75)
+        if close:
+            hint = " or ".join(f"'engine.{c}'" for c in close)
+            issues.append(
+                ConfigIssue(
+                    f"engine.{key}",
+                    f"unknown config key 'engine.{key}' of engine.strategy={cfg.engine.strategy}. Did you mean {hint}?",
+                )
+            )
+    if issues:
+        raise ConfigError(issues)
+
+
 def check_world(cfg: SFTConfig, dp_size: int) -> None:
     """The batch sizes against ``dp_size`` data-parallel ranks (verl's SFT rules).
 
@@ -185,7 +241,7 @@ def build_sft_engine(
 
     pm = get_plugin_manager()
     run = actor_run_config(cfg, plugin_manager=pm)
-    spec = pm.get("training_engine", run.actor_rollout_ref.actor.strategy)
+    spec = pm.get("training_engine", resolved_strategy(cfg))
     if world_size > 1 and "data_parallel" not in spec.capabilities:
         raise ConfigError(
             f"engine.strategy={cfg.engine.strategy} trains in one process, but torchrun started {world_size} "

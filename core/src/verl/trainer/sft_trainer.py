@@ -43,17 +43,19 @@ class SFTTrainer:
 
     Raises:
         SFTRowError: a bad training/validation row (names file and row).
-        ValueError: fewer training rows than ``data.train_batch_size``; a model that cannot be loaded.
-        ConfigError: the engine or its options refused, or batch sizes that the data-parallel ranks do not divide.
+        ValueError: a model that cannot be loaded.
+        ConfigError: the engine or its options refused, batch sizes that the data-parallel ranks do not divide,
+            fewer training rows than ``data.train_batch_size``, or a ``model.path`` that does not resolve.
     """
 
     def __init__(self, config: SFTConfig, *, tokenizer: Any = None) -> None:
+        from verl.config.errors import ConfigError
         from verl.data.sampler import StatefulSampler
         from verl.data.sft_dataset import SFTDataset
         from verl.models.resolve import resolve_model_path
         from verl.plugins import resolve_platform
         from verl.trainer.checkpoint import CheckpointManager
-        from verl.trainer.sft_engine import build_sft_engine, check_world, data_parallel
+        from verl.trainer.sft_engine import build_sft_engine, check_world, data_parallel, resolved_strategy
         from verl.trainer.sft_ranks import join_process_group, torchrun_world
         from verl.workers.losses import make_sft_loss
 
@@ -67,9 +69,16 @@ class SFTTrainer:
 
         if not self.world.is_main:
             barrier(self.world)  # rank 0 converts a GGUF default model once; the others then find the folder
-        model_path = resolve_model_path(m.path)
-        if self.world.is_main:
-            barrier(self.world)
+        from verl.models.resolve import ModelResolutionError
+        from verl.trainer.sft_engine import sft_key
+
+        try:
+            model_path = resolve_model_path(m.path)
+        except ModelResolutionError as exc:
+            raise ConfigError(sft_key(str(exc)), key="model.path") from exc
+        finally:
+            if self.world.is_main:
+                barrier(self.world)
         if tokenizer is None:
             from verl.models.tokenizer import load_tokenizer
 
@@ -81,9 +90,10 @@ class SFTTrainer:
         self.train_dataset = SFTDataset(d.train_files, tokenizer, d, max_samples=d.train_max_samples)
         self.val_dataset = SFTDataset(d.val_files, tokenizer, d, max_samples=d.val_max_samples) if d.val_files else None
         if len(self.train_dataset) < d.train_batch_size:
-            raise ValueError(
-                f"data.train_files hold {len(self.train_dataset)} rows, fewer than data.train_batch_size="
-                f"{d.train_batch_size}: no full batch; lower the batch size or add rows"
+            raise ConfigError(
+                f"data.train_batch_size={d.train_batch_size} but data.train_files hold {len(self.train_dataset)} "
+                "rows: no full batch; lower the batch size or add rows",
+                key="data.train_batch_size",
             )
         self.sampler = StatefulSampler(
             len(self.train_dataset), d.train_batch_size, shuffle=d.shuffle, seed=t.seed, drop_last=True
@@ -98,6 +108,8 @@ class SFTTrainer:
             device=self.device,
             world_size=self.world.world_size,
         )
+        self.model_path = model_path
+        self.strategy = resolved_strategy(cfg)
         self.dp_rank, self.dp_size, self.is_collect = data_parallel(self.engine, self.world.rank, self.world.world_size)
         check_world(cfg, self.dp_size)
         self.engine.metric_prefix = "train"  # verl's SFT names: train/grad_norm, train/lr
@@ -164,11 +176,41 @@ class SFTTrainer:
         """Whether the engine writes its own checkpoint format, every rank its shard (FSDP's DCP, Megatron)."""
         return hasattr(self.engine, "save_checkpoint") and hasattr(self.engine, "load_checkpoint")
 
-    def save_checkpoint(self) -> Path | None:
-        """Write ``global_step_{N}/`` (engine state in ``actor/``, loop state in ``data.pt``); returns it on rank 0.
+    def _write_actor(self, path: Path) -> None:
+        """This rank's part of ``global_step_N/actor/`` (collective for a sharded engine): the engine state (the
+        reference engine's ``model_world_size_1_rank_0.pt``, as the RL worker writes it), the LoRA adapter, and on
+        rank 0 what ``verl export`` reads (``checkpoint.json``, ``huggingface/``)."""
+        from verl.engines.reference.export import CHECKPOINT_FILE, write_export_info
 
-        Rank 0 writes through the checkpoint manager (temp folder, tracker last); with a sharded engine it sends
-        the temp folder's path to the other ranks, and every rank writes its shard into ``actor/`` there.
+        path.mkdir(parents=True, exist_ok=True)
+        if self._sharded():
+            self.engine.save_checkpoint(path)
+        else:
+            torch.save(self.engine.state_dict(), path / CHECKPOINT_FILE)
+        lora = bool(getattr(self.engine, "lora", False))
+        if lora:
+            from verl.engines.lora import ADAPTER_DIR
+
+            self.engine.save_adapter(path / ADAPTER_DIR)
+        if self.world.is_main:
+            m = self.config.model
+            write_export_info(
+                path,
+                model_path=self.model_path,
+                tokenizer=self.tokenizer,
+                strategy=self.strategy,
+                world_size=self.world.world_size,
+                lora=lora,
+                trust_remote_code=m.trust_remote_code,
+                override_config=m.override_config,
+            )
+
+    def save_checkpoint(self) -> Path | None:
+        """Write ``global_step_{N}/`` (``actor/``: :meth:`_write_actor`; ``data.pt``: the loop state, the engine and
+        the number of processes); returns it on rank 0.
+
+        Rank 0 writes through the checkpoint manager (temp folder, tracker last) and sends the temp folder's path
+        to the other ranks, which write their shards into ``actor/`` there.
         """
         from verl.trainer.rng_state import capture_rng_state
         from verl.trainer.sft_ranks import barrier, broadcast_from_main
@@ -178,25 +220,22 @@ class SFTTrainer:
             "total_tokens": self.total_tokens,
             "sampler": self.sampler.state_dict(),
             "rng": capture_rng_state(),
+            "engine": self.strategy,
+            "world_size": self.world.world_size,
         }
-        if not self._sharded():
-            saved = self.checkpoints.save(self.global_step, {"actor": self.engine.state_dict(), "data.pt": loop})
-            barrier(self.world)
-            return saved
         if not self.world.is_main:
             target = broadcast_from_main(None, self.world)
             if target is not None:
-                self.engine.save_checkpoint(Path(target))
+                self._write_actor(Path(target))
             barrier(self.world)
             return None
         sent = False
 
         def write_actor(path: Path) -> None:
             nonlocal sent
-            path.mkdir(parents=True, exist_ok=True)
             broadcast_from_main(str(path), self.world)
             sent = True
-            self.engine.save_checkpoint(path)
+            self._write_actor(path)
 
         try:
             saved = self.checkpoints.save(self.global_step, {"actor": write_actor, "data.pt": loop})
@@ -212,9 +251,11 @@ class SFTTrainer:
         Rank 0 picks it; every rank loads it (its shard of a sharded engine; rank 0's RNG state everywhere).
 
         Raises:
-            CheckpointResumeError: bad resume settings or a missing checkpoint folder.
+            CheckpointResumeError: bad resume settings, a missing checkpoint folder, or a checkpoint written by
+                another engine or number of processes (named, with the ways out).
         """
-        from verl.trainer.checkpoint import load_part
+        from verl.engines.reference.export import CHECKPOINT_FILE
+        from verl.trainer.checkpoint import CheckpointResumeError, load_part
         from verl.trainer.rng_state import restore_rng_state
         from verl.trainer.sft_ranks import broadcast_from_main
 
@@ -232,16 +273,29 @@ class SFTTrainer:
         if found is None:
             return 0
         step, path = found
-        if self._sharded():
-            self.engine.load_checkpoint(Path(path) / "actor")
-        else:
-            self.engine.load_state_dict(load_part(path, "actor"))
         loop = load_part(path, "data.pt")
+        saved = (loop.get("engine"), loop.get("world_size"))
+        if saved[0] is not None and saved != (self.strategy, self.world.world_size):
+            raise CheckpointResumeError(
+                f"{path} was written by engine.strategy={saved[0]} over {saved[1]} process(es), this run is "
+                f"engine.strategy={self.strategy} over {self.world.world_size}: resume with the same engine and "
+                "number of processes (trainer.n_gpus_per_node, or torchrun's --nproc_per_node), start from scratch "
+                f"with trainer.resume_mode=disable, or take its weights with `verl export {path} <out folder>`"
+            )
+        actor = Path(path) / "actor"
+        if self._sharded():
+            self.engine.load_checkpoint(actor)
+        else:
+            file = actor / CHECKPOINT_FILE
+            if not file.exists() and (actor / "state.pt").exists():  # written before the RL worker's file name
+                file = actor / "state.pt"
+            self.engine.load_state_dict(torch.load(file, map_location="cpu", weights_only=False))
         self.sampler.load_state_dict(loop["sampler"])
         restore_rng_state(loop["rng"])
         self.global_step = int(loop["global_step"])
         self.total_tokens = int(loop["total_tokens"])
-        logger.info("resumed SFT from %s (step %d)", path, step)
+        if self.world.is_main:
+            logger.info("resumed SFT from %s (step %d)", path, step)
         return step
 
     # ------------------------------------------------------------------ loop

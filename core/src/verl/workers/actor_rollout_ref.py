@@ -403,24 +403,19 @@ class ActorRolloutRefWorker(Worker):
 
         The config is the one the actor was built from: ``model.override_config`` applied.
         """
-        import json
+        from verl.engines.reference.export import write_export_info
 
-        from verl.models.hf_config import load_hf_config
-
-        hf = folder / "huggingface"
         model = self.config.actor_rollout_ref.model
-        hf_config = load_hf_config(
-            self.model_path, trust_remote_code=model.trust_remote_code, override_config=model.override_config
+        write_export_info(
+            folder,
+            model_path=self.model_path,
+            tokenizer=self.tokenizer,
+            strategy=self.config.actor_rollout_ref.actor.strategy,
+            world_size=self.world_size,
+            lora=bool(getattr(self.actor, "lora", False)),
+            trust_remote_code=model.trust_remote_code,
+            override_config=model.override_config,
         )
-        hf_config.save_pretrained(str(hf))
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(str(hf))
-        info: dict[str, Any] = {"strategy": self.config.actor_rollout_ref.actor.strategy, "world_size": self.world_size}
-        if getattr(self.actor, "lora", False):
-            from verl.engines.lora import ADAPTER_DIR
-
-            info["lora"] = {"adapter": ADAPTER_DIR, "base_model": str(self.model_path)}
-        (folder / "checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:

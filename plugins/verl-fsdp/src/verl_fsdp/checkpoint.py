@@ -103,7 +103,7 @@ def load_dcp(engine: Any, folder: str | Path) -> None:
     if int(meta["world_size"]) != world:
         raise ValueError(
             f"checkpoint {folder} was saved by {meta['world_size']} ranks but this run has world_size={world}; "
-            "resume with the same number of ranks (or export the weights with merge_dcp_to_hf)"
+            "resume with the same number of ranks, or take the weights with `verl export <global_step_N folder> <out>`"
         )
     if engine.trainable and not meta.get("trainable", False):
         raise ValueError(f"checkpoint {folder} holds no optimizer state (saved by a forward-only engine)")

@@ -59,3 +59,39 @@ def merge_reference_checkpoint(actor_folder: str | Path, hf_source: str | Path, 
     model.save_pretrained(str(out_folder))
     copy_tokenizer(hf_source, out_folder)
     return out_folder
+
+
+def write_export_info(
+    folder: str | Path,
+    *,
+    model_path: str | Path,
+    tokenizer: Any,
+    strategy: str,
+    world_size: int,
+    lora: bool = False,
+    trust_remote_code: bool = False,
+    override_config: Any = None,
+) -> None:
+    """What ``verl export`` reads beside an actor checkpoint's engine files (rank 0 writes it).
+
+    ``folder/huggingface/``: the HF config the actor was built from (``override_config`` applied) and the tokenizer;
+    ``folder/checkpoint.json``: ``{"strategy", "world_size"}`` and, with LoRA, ``{"lora": {"adapter": "lora_adapter",
+    "base_model": model_path}}`` (the adapter folder itself is the engine's ``save_adapter`` output).
+    """
+    import json
+
+    from verl.models.hf_config import load_hf_config
+
+    folder = Path(folder)
+    hf = folder / "huggingface"
+    load_hf_config(model_path, trust_remote_code=trust_remote_code, override_config=override_config).save_pretrained(
+        str(hf)
+    )
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(hf))
+    info: dict[str, Any] = {"strategy": strategy, "world_size": int(world_size)}
+    if lora:
+        from verl.engines.lora import ADAPTER_DIR
+
+        info["lora"] = {"adapter": ADAPTER_DIR, "base_model": str(model_path)}
+    (folder / "checkpoint.json").write_text(json.dumps(info, indent=2) + "\n")
