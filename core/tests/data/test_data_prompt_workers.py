@@ -21,6 +21,12 @@ TEMPLATE = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _no_prompt_cache(monkeypatch):
+    """Every dataset here encodes for real (a cached second build would not exercise the workers)."""
+    monkeypatch.setenv("VERL_PROMPT_CACHE", "0")
+
+
 @pytest.fixture(scope="module")
 def tok():
     t = make_tiny_tokenizer()

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.data.prompt_tokens import encode_prompts_parallel
+from verl.data.prompt_cache import cached_encode
 from verl.data.rows import PromptFormatError, check_messages, check_reward_model, read_rows
 
 __all__ = [
@@ -207,7 +207,7 @@ class RLHFDataset:
                 continue
             kept.append((row, file, i))
             messages.append(msgs)
-        encoded = encode_prompts_parallel(self.tokenizer, messages, self.apply_chat_template_kwargs, self.workers)
+        encoded = cached_encode(self.tokenizer, messages, self.apply_chat_template_kwargs, self.workers)
         ok = []
         for result, (_, file, i) in zip(encoded, kept, strict=True):
             ok.append(not isinstance(result, str))
