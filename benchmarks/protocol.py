@@ -29,7 +29,8 @@ one PPO/GRPO step of a real RL batch:
   mask (1024, 1024) (one 0/1 reward at each row's last response token, mask int64 as verl derives it from
   ``attention_mask``), ``index`` = the ``uid`` column (128 groups of 8), epsilon 1e-6, std-normalised;
 * ``grpo_vectorized``: the same inputs; theirs runs verl's ``grpo_vectorized`` estimator (verl's own
-  faster variant), ours runs the same ``grpo`` as above (we have one implementation);
+  faster variant), ours runs the same ``grpo`` as above: our fastest GRPO (our own ``grpo_vectorized``
+  factorises uid strings with ``np.unique``, as verl's does, and is about 0.2 ms slower here);
 * ``gae``: ``get_adv_estimator_fn("gae")`` on rewards, values (float32, zero outside the mask) and mask of
   (1024, 1024), gamma 1.0, lam 1.0 (verl's defaults): a Python loop over the 1024 response positions.
 

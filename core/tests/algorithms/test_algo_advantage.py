@@ -310,6 +310,38 @@ def _call(name, r, m, index, eps=1e-6):
 GROUP_ESTIMATORS = ["grpo", "drgrpo", "grpo_passk", "rloo", "rpp_baseline", "opo", "gpg"]
 
 
+@pytest.mark.parametrize("name", GROUP_ESTIMATORS + ["grpo_vectorized"])
+def test_mask_dtype_changes_no_result(name):
+    """Fast path (the mask converted once to the rewards' dtype, issue #22): a 0/1 mask given as int64 (verl's),
+    bool or float32 gives bit-identical advantages, equal to the float64 computation, on a float32 batch with
+    several lengths, a fully masked row and a reward left outside the mask."""
+    rng = np.random.default_rng(7)
+    rows, length = 24, 9
+    lens = rng.integers(1, length + 1, rows)
+    lens[5] = 0
+    m = (np.arange(length)[None, :] < lens[:, None]).astype(np.int64)
+    r = np.zeros((rows, length))
+    r[np.arange(rows), np.maximum(lens - 1, 0)] = rng.integers(0, 3, rows) / 2
+    r[7, -1] = 5.0 if m[7, -1] == 0 else r[7, -1]
+    index = np.repeat(np.array([f"g{i}" for i in range(rows // 4)], dtype=object), 4)
+    r32 = torch.tensor(r, dtype=torch.float32)
+    if name == "grpo_vectorized":
+        from verl.algorithms import get_adv_estimator_fn
+
+        fn = get_adv_estimator_fn("grpo_vectorized")
+        results = {d: fn(r32, torch.tensor(m).to(d), index)[0] for d in (torch.int64, torch.bool, torch.float32)}
+        ref = fn(torch.tensor(r), torch.tensor(m, dtype=torch.float64), index)[0]
+    else:
+        results = {d: _call(name, r32, torch.tensor(m).to(d), index) for d in (torch.int64, torch.bool, torch.float32)}
+        ref = _call(name, torch.tensor(r), torch.tensor(m, dtype=torch.float64), index)
+    base = results[torch.int64]
+    assert base.dtype == torch.float32
+    for dtype, got in results.items():
+        assert torch.equal(got, base), dtype
+    np.testing.assert_allclose(base.numpy(), ref.numpy(), rtol=1e-6, atol=1e-6)
+    assert torch.count_nonzero(base[5]) == 0
+
+
 @pytest.mark.parametrize("name", GROUP_ESTIMATORS)
 def test_k03_every_group_estimator_drops_rejected_rows_and_masked_rewards(name):
     # group a: 3 rows, row 1 fully rejected (mask 0) with a huge reward; group b: 2 rows
@@ -464,3 +496,34 @@ def test_every_estimator_promotes_integer_rewards_to_float32(int_dtype):
     expected = (s - s.mean()) / (s.std(ddof=1) + 1e-6)
     np.testing.assert_allclose(got["grpo"][:3, 0].numpy(), expected, rtol=1e-6)
     assert float(got["rloo"][0, 0]) == pytest.approx(1 - 0.5)  # 1 minus the mean of the others [0, 1]
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.int64, torch.bool, torch.float32])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blocked_cpu_row_scores_change_no_result(monkeypatch, mask_dtype, threads):
+    """Fast path (issue #22): the CPU's block-by-block conversion, product and row sums give bit-identical scores,
+    valid flags and mask to the whole-tensor ops, on dense random float32 rewards, a non-contiguous mask (a slice
+    of a wider attention mask, as verl's response_mask) and a row count that is not a multiple of the block; the
+    caller's mask is left untouched and only the estimator's own converted copy may be reused for the output."""
+    from verl.algorithms import _groups
+
+    monkeypatch.setattr(_groups, "_BLOCK_BYTES_PER_THREAD", 3 * 64 * 4)  # 3 rows of 64 float32 per thread
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.randn(37, 64, generator=gen)
+    wide = (torch.rand(37, 80, generator=gen) < 0.7).to(mask_dtype)
+    mask = wide[:, 16:]
+    mask[4] = 0
+    before = mask.clone()
+    rows = _groups.outcome_rows(rewards, mask)
+    dense_mask = mask.to(torch.float32)
+    assert torch.equal(rows.mask, dense_mask)
+    assert torch.equal(rows.scores, (rewards * dense_mask).sum(dim=-1).to(torch.float64))
+    assert torch.equal(rows.valid, dense_mask.sum(dim=-1) != 0) and not bool(rows.valid[4])
+    assert rows.mask_is_copy == (mask_dtype != torch.float32)
+    index = np.repeat(np.arange(37 // 4 + 1), 4)[:37]
+    adv, _ = compute_grpo_outcome_advantage(rewards, mask, index)
+    assert torch.equal(mask, before)
+    monkeypatch.setattr(_groups, "_BLOCK_BYTES_PER_THREAD", 1 << 40)  # whole-tensor path
+    want, _ = compute_grpo_outcome_advantage(rewards, mask, index)
+    assert torch.equal(adv, want)

@@ -6,8 +6,9 @@ and are computed in float64 (K01-K03).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 
@@ -40,12 +41,13 @@ def group_ids(index: Any, batch_size: int, device: torch.device) -> tuple[torch.
     items = index.tolist() if hasattr(index, "tolist") else list(index)
     if len(items) != batch_size:
         raise ValueError(f"index has {len(items)} entries but the batch has {batch_size} rows")
-    codes: dict[Any, int] = {}
     try:
-        inv = [codes.setdefault(key, len(codes)) for key in items]
+        codes = {key: code for code, key in enumerate(dict.fromkeys(items))}
     except TypeError as err:
         raise TypeError(f"index entries must be hashable group ids (str/int), got {type(items[0]).__name__}") from err
-    return torch.tensor(inv, dtype=torch.long, device=device), len(codes)
+    # np.fromiter + from_numpy: torch.tensor(list) costs about as much as the factorising itself
+    inv = np.fromiter(map(codes.__getitem__, items), dtype=np.int64, count=len(items))
+    return torch.from_numpy(inv).to(device), len(codes)
 
 
 class Groups:
@@ -72,40 +74,102 @@ class Groups:
         self.n_groups = g
 
 
-def _same_float(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A floating mask in ``dtype`` (a product with it must stay in ``dtype``); bool and integer masks as they are:
-    the product promotes them to the other operand's floating dtype on the fly, with no converted copy."""
-    return mask.to(dtype) if mask.is_floating_point() and mask.dtype != dtype else mask
+class OutcomeRows(NamedTuple):
+    """An outcome estimator's checked inputs and per-row scores (see :func:`outcome_rows`)."""
+
+    rewards: torch.Tensor  # (batch, response_len), floating (integer/bool rewards promoted to float32)
+    mask: torch.Tensor  # (batch, response_len), the rewards' dtype
+    mask_is_copy: bool  # ``mask`` is this call's own conversion: broadcast() may write into it
+    scores: torch.Tensor  # (batch,) float64, sum(rewards * mask) per row
+    valid: torch.Tensor  # (batch,) bool, the row's mask sums to non-zero
 
 
-def masked_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(masked score per row in float64, valid-row flag).
+# Rows per block of the CPU pass: about this many bytes of each (rows, response_len) operand per torch thread,
+# so that a block's converted mask and product are still in each core's L2 cache when the next op reads them.
+# Measured at 1024 x 1024 on a 2-core AVX-512 Xeon (GRPO, ms; whole-tensor ops 1.77 / 1.10): per-thread 64 KB
+# 1.90 / 1.92, 128 KB 1.61 / 1.94, 256 KB 1.53 / 1.03, 1 MB 1.84 / 1.06 with 1 / 2 threads.
+_BLOCK_BYTES_PER_THREAD = 256 << 10
 
-    ``score = sum(rewards * mask)`` per row (verl's), the product and the row sum in the rewards' dtype (exact for
-    a 0/1 mask), returned as float64. One pass over ``(batch, response_len)`` for the product, one read for the sum
-    and one of the mask for the valid flag; a row whose sum is not finite (a NaN or inf reward at a masked-out position times 0) is
-    summed again over its valid positions only, so nothing outside the mask leaks in.
+
+def outcome_rows(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> OutcomeRows:
+    """Checked inputs and masked per-row scores for an outcome estimator (K01-K03).
+
+    ``rewards`` go through :func:`float_rewards`; ``mask`` is ``response_mask`` in the rewards' dtype (converted
+    once, and reused by :func:`broadcast`: an int64 or bool mask promoted inside each product costs more than one
+    conversion plus same-dtype products); ``score = sum(rewards * mask)`` per row (verl's), the product and the
+    row sum in the rewards' dtype (exact for a 0/1 mask), returned as float64; ``valid`` = the row's mask sums to
+    a non-zero value (masks are non-negative weights). A row whose sum is not finite (a NaN or inf reward at a
+    masked-out position times 0) is summed again over its valid positions only, so nothing outside the mask
+    leaks in.
+
+    On a CPU the conversion, product and row sums run block by block (about 256 KB of rows per thread, one reused
+    product buffer): each block's converted mask is read back from cache, and no full-size temporary is
+    allocated (its page faults cost about as much as the product). Same per-element products, same row sums:
+    bit-identical to the whole-tensor ops.
+
+    Raises:
+        ValueError: either tensor is not (batch, response_len), or their shapes differ.
     """
-    check_2d("token_level_rewards", token_level_rewards)
-    check_2d("response_mask", response_mask, token_level_rewards)
-    mask = _same_float(response_mask, token_level_rewards.dtype)
-    # The row sum in the product's dtype (torch's cascade sum), then float64: summing with dtype=float64 converts
+    rewards = float_rewards(token_level_rewards)
+    check_2d("token_level_rewards", rewards)
+    check_2d("response_mask", response_mask, rewards)
+    convert = response_mask.dtype != rewards.dtype
+    block_bytes = _BLOCK_BYTES_PER_THREAD * torch.get_num_threads()
+    if rewards.device.type == "cpu" and rewards.numel() * rewards.element_size() > 2 * block_bytes:
+        mask, sums, counts = _blocked_rows(rewards, response_mask, convert, block_bytes)
+    else:
+        mask = response_mask.to(rewards.dtype) if convert else response_mask
+        sums, counts = (rewards * mask).sum(dim=-1), mask.sum(dim=-1)
+    # The row sum in the rewards' dtype (torch's cascade sum), then float64: summing with dtype=float64 converts
     # element by element and costs 10x more; a 0/1 outcome reward is summed exactly either way.
-    scores = (token_level_rewards * mask).sum(dim=-1).to(torch.float64)
-    valid = response_mask.sum(dim=-1) != 0  # masks are non-negative weights; about 3x cheaper than any()
+    scores = sums.to(torch.float64)
     bad = ~torch.isfinite(scores)
     if bool(bad.any()):
         rows = bad.nonzero().squeeze(1)
-        r, m = token_level_rewards[rows], mask[rows]
+        r, m = rewards[rows], mask[rows]
         zero = torch.zeros((), dtype=r.dtype, device=r.device)
         scores[rows] = torch.where(m != 0, r * m, zero).sum(dim=-1, dtype=torch.float64)
-    return scores, valid
+    return OutcomeRows(rewards, mask, convert, scores, counts != 0)
 
 
-def broadcast(per_row: torch.Tensor, valid: torch.Tensor, like: torch.Tensor, response_mask: torch.Tensor):
-    """``per_row`` (0 on invalid rows) times the mask, ``(batch, response_len)`` in ``like``'s dtype: one pass."""
+def _blocked_rows(
+    rewards: torch.Tensor, response_mask: torch.Tensor, convert: bool, block_bytes: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mask in the rewards' dtype, row sums of rewards * mask, row sums of the mask), block by block (CPU)."""
+    rows, width = rewards.shape
+    block = max(1, block_bytes // max(1, width * rewards.element_size()))
+    mask = torch.empty_like(rewards) if convert else response_mask
+    product = torch.empty(min(block, rows), width, dtype=rewards.dtype)
+    sums = torch.empty(rows, dtype=rewards.dtype)
+    counts = torch.empty(rows, dtype=rewards.dtype)
+    for start in range(0, rows, block):
+        stop = min(start + block, rows)
+        part = mask[start:stop]
+        if convert:
+            part.copy_(response_mask[start:stop])
+        buf = product[: stop - start]
+        torch.mul(rewards[start:stop], part, out=buf)
+        torch.sum(buf, dim=-1, out=sums[start:stop])
+        torch.sum(part, dim=-1, out=counts[start:stop])
+    return mask, sums, counts
+
+
+def broadcast(
+    per_row: torch.Tensor,
+    valid: torch.Tensor,
+    like: torch.Tensor,
+    response_mask: torch.Tensor,
+    reuse_mask: bool = False,
+) -> torch.Tensor:
+    """``per_row`` (batch,) (0 on invalid rows) times the mask: ``(batch, response_len)`` in ``like``'s dtype, one
+    pass. ``reuse_mask=True`` (the mask is the estimator's own converted copy, see :func:`outcome_rows`) writes
+    the result into the mask's storage when its dtype matches: no fresh (batch, response_len) allocation, whose
+    page faults cost as much as the product itself on a CPU."""
     per_row = torch.where(valid, per_row, torch.zeros_like(per_row)).to(like.dtype)
-    return per_row.unsqueeze(-1) * _same_float(response_mask, like.dtype)
+    if reuse_mask and response_mask.dtype == like.dtype:
+        return response_mask.mul_(per_row.unsqueeze(-1))
+    mask = response_mask if response_mask.dtype == like.dtype else response_mask.to(like.dtype)
+    return per_row.unsqueeze(-1) * mask
 
 
 def safe_ratio(num: torch.Tensor, denom: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,15 @@ import numpy as np
 import torch
 
 from verl.algorithms._config import cfg_get
-from verl.algorithms._groups import Groups, broadcast, check_2d, float_rewards, mask_f, masked_scores, safe_ratio
+from verl.algorithms._groups import (
+    Groups,
+    broadcast,
+    check_2d,
+    float_rewards,
+    mask_f,
+    outcome_rows,
+    safe_ratio,
+)
 from verl.algorithms.registry import register_adv_est
 from verl.algorithms.utils import masked_whiten
 
@@ -147,15 +155,14 @@ def compute_grpo_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_grpo_outcome_advantage.
     """
-    token_level_rewards = float_rewards(token_level_rewards)
-    scores, valid = masked_scores(token_level_rewards, response_mask)
+    token_level_rewards, response_mask, owned, scores, valid = outcome_rows(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     single = g.count == 1
     mean = torch.where(single, torch.zeros_like(g.mean), g.mean)
     std = torch.where(single, torch.ones_like(g.std), g.std)
     centred = torch.where(g.all_equal & ~single, torch.zeros_like(scores), scores - mean)
     adv = safe_ratio(centred, std + epsilon) if norm_adv_by_std_in_grpo else centred
-    adv = broadcast(adv, valid, token_level_rewards, response_mask)
+    adv = broadcast(adv, valid, token_level_rewards, response_mask, reuse_mask=owned)
     return adv, adv
 
 
@@ -183,8 +190,7 @@ def compute_grpo_passk_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_grpo_passk_outcome_advantage.
     """
-    token_level_rewards = float_rewards(token_level_rewards)
-    scores, valid = masked_scores(token_level_rewards, response_mask)
+    token_level_rewards, response_mask, owned, scores, valid = outcome_rows(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     if bool((g.size_all < 2).any()):
         row = int(torch.nonzero(g.size_all < 2)[0])
@@ -206,7 +212,7 @@ def compute_grpo_passk_outcome_advantage(
         if normalise:
             gap = safe_ratio(gap, g.std[ranked[0]] + epsilon)
         adv[ranked[0]] = gap
-    adv = broadcast(adv, valid, token_level_rewards, response_mask)
+    adv = broadcast(adv, valid, token_level_rewards, response_mask, reuse_mask=owned)
     return adv, adv
 
 
@@ -229,13 +235,12 @@ def compute_rloo_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_rloo_outcome_advantage.
     """
-    token_level_rewards = float_rewards(token_level_rewards)
-    scores, valid = masked_scores(token_level_rewards, response_mask)
+    token_level_rewards, response_mask, owned, scores, valid = outcome_rows(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     n = g.count
     loo = n / (n - 1).clamp(min=1) * (scores - g.mean)
     adv = torch.where(n > 1, torch.where(g.all_equal, torch.zeros_like(scores), loo), scores)
-    adv = broadcast(adv, valid, token_level_rewards, response_mask)
+    adv = broadcast(adv, valid, token_level_rewards, response_mask, reuse_mask=owned)
     return adv, adv
 
 
@@ -258,8 +263,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_reinforce_plus_plus_baseline_outcome_advantage.
     """
-    token_level_rewards = float_rewards(token_level_rewards)
-    scores, valid = masked_scores(token_level_rewards, response_mask)
+    token_level_rewards, response_mask, _, scores, valid = outcome_rows(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     centred = torch.where(g.count > 1, scores - g.mean, scores)
     centred = torch.where(g.all_equal & (g.count > 1), torch.zeros_like(scores), centred)
@@ -288,8 +292,7 @@ def compute_opo_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_opo_outcome_advantage.
     """
-    token_level_rewards = float_rewards(token_level_rewards)
-    scores, valid = masked_scores(token_level_rewards, response_mask)
+    token_level_rewards, response_mask, owned, scores, valid = outcome_rows(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     length = mask_f(response_mask, torch.float64).sum(dim=-1)
     zeros = torch.zeros(g.n_groups, dtype=torch.float64, device=scores.device)
@@ -297,7 +300,7 @@ def compute_opo_outcome_advantage(
     den = zeros.index_add(0, g.gid, length)[g.gid]
     baseline = torch.where(g.count > 1, safe_ratio(num, den), torch.zeros_like(scores))
     adv = torch.where(g.all_equal & (g.count > 1), torch.zeros_like(scores), scores - baseline)
-    adv = broadcast(adv, valid, token_level_rewards, response_mask)
+    adv = broadcast(adv, valid, token_level_rewards, response_mask, reuse_mask=owned)
     return adv, adv
 
 
@@ -323,17 +326,16 @@ def compute_gpg_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_gpg_outcome_advantage.
     """
-    token_level_rewards = float_rewards(token_level_rewards)
     if f_norm == 0:
         raise ValueError("gpg: f_norm must be nonzero")
-    scores, valid = masked_scores(token_level_rewards, response_mask)
+    token_level_rewards, response_mask, owned, scores, valid = outcome_rows(token_level_rewards, response_mask)
     g = Groups(scores, valid, index)
     n_valid = valid.sum().to(torch.float64)
     n_nonzero = (valid & (scores != 0)).sum().to(torch.float64)
     alpha_t = n_valid / n_nonzero.clamp(min=1)
     centred = torch.where(g.count > 1, scores - g.mean, scores)
     centred = torch.where(g.all_equal & (g.count > 1), torch.zeros_like(scores), centred)
-    adv = broadcast(alpha_t * centred / f_norm, valid, token_level_rewards, response_mask)
+    adv = broadcast(alpha_t * centred / f_norm, valid, token_level_rewards, response_mask, reuse_mask=owned)
     return adv, adv
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.algorithms._groups import float_rewards, masked_scores
+from verl.algorithms._groups import broadcast, outcome_rows
 from verl.algorithms.advantage import AdvantageEstimator
 from verl.algorithms.registry import register_adv_est
 
@@ -113,17 +113,15 @@ def _all_equal(scores: torch.Tensor, gidx: torch.Tensor, valid: torch.Tensor, n_
 
 
 def _prepare(token_level_rewards, response_mask, index):
-    token_level_rewards = float_rewards(token_level_rewards)
-    scores, valid = masked_scores(token_level_rewards, response_mask)
+    token_level_rewards, response_mask, owned, scores, valid = outcome_rows(token_level_rewards, response_mask)
     gidx = as_torch_index(index, device=scores.device)
     if gidx.numel() != scores.shape[0]:
         raise ValueError(f"index has {gidx.numel()} entries but the batch has {scores.shape[0]} rows")
-    return token_level_rewards, scores, valid, gidx
+    return token_level_rewards, response_mask, owned, scores, valid, gidx
 
 
-def _tile(per_row: torch.Tensor, valid: torch.Tensor, like: torch.Tensor, response_mask: torch.Tensor):
-    per_row = torch.where(valid, per_row, torch.zeros_like(per_row)).to(like.dtype)
-    adv = per_row.unsqueeze(-1) * response_mask.to(like.dtype)
+def _tile(per_row: torch.Tensor, valid: torch.Tensor, like: torch.Tensor, response_mask: torch.Tensor, owned: bool):
+    adv = broadcast(per_row, valid, like, response_mask, reuse_mask=owned)
     return adv, adv
 
 
@@ -162,7 +160,7 @@ def compute_grpo_vectorized_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_grpo_vectorized_outcome_advantage.
     """
-    rewards, scores, valid, gidx = _prepare(token_level_rewards, response_mask, index)
+    rewards, response_mask, owned, scores, valid, gidx = _prepare(token_level_rewards, response_mask, index)
     mean, std, count = group_mean_std(scores, gidx, valid)
     centred = scores - mean[gidx]
     equal = _all_equal(scores, gidx, valid, mean.numel()) & (count[gidx] > 1)
@@ -170,7 +168,7 @@ def compute_grpo_vectorized_outcome_advantage(
     if norm_adv_by_std_in_grpo:
         denom = std[gidx] + epsilon
         centred = torch.where(denom > 0, centred / torch.where(denom > 0, denom, 1.0), torch.zeros_like(centred))
-    return _tile(centred, valid, rewards, response_mask)
+    return _tile(centred, valid, rewards, response_mask, owned)
 
 
 @register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)
@@ -192,11 +190,11 @@ def compute_rloo_vectorized_outcome_advantage(
 
     Source: verl/trainer/ppo/core_algos.py:compute_rloo_vectorized_outcome_advantage.
     """
-    rewards, scores, valid, gidx = _prepare(token_level_rewards, response_mask, index)
+    rewards, response_mask, owned, scores, valid, gidx = _prepare(token_level_rewards, response_mask, index)
     w = valid.to(torch.float64)
     count = torch.bincount(gidx, weights=w)[gidx]
     total = torch.bincount(gidx, weights=scores * w)[gidx]
     adv = (count * scores - total) / (count - 1).clamp(min=1)
     equal = _all_equal(scores, gidx, valid, int(gidx.max()) + 1 if gidx.numel() else 0)
     adv = torch.where((count > 1) & ~equal, adv, torch.zeros_like(adv))
-    return _tile(adv, valid, rewards, response_mask)
+    return _tile(adv, valid, rewards, response_mask, owned)
