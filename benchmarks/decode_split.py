@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         with common.CpuWatch() as watch:
             times = {}
             for new_tokens in (1, 1 + args.steps):
-                ns = argparse.Namespace(response_length=new_tokens, max_prompt_length=args.max_prompt_length)
+                ns = argparse.Namespace(response_length=new_tokens, max_prompt_length=args.max_prompt_length, device="cpu")
                 engine, _ = rollout.build_engine("hf", path, tokenizer, ns)
                 if params is None:
                     params = sum(p.numel() for p in engine.model.parameters())

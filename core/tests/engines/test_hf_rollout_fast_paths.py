@@ -112,9 +112,10 @@ def test_preallocated_cache_grows_in_place_and_drops_rows():
         fast.update(steps[1][keep], steps[1][keep], 0)
 
 
-def test_skinny_linears_compute_the_same_product_and_restore_the_modules():
+def test_skinny_linears_compute_the_same_product_and_restore_the_modules(monkeypatch):
     from verl.testing.tiny import make_tiny_model
 
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     model = make_tiny_model(num_layers=1)
     lin = model.model.layers[0].mlp.up_proj
     biased = torch.nn.Linear(32, 5)
@@ -128,6 +129,21 @@ def test_skinny_linears_compute_the_same_product_and_restore_the_modules():
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.is_contiguous()
         torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("capability", ["AVX512", "DEFAULT"])
+def test_skinny_linears_leave_the_model_alone_where_the_form_was_not_measured_faster(monkeypatch, capability):
+    """The transposed product is used on AVX2 CPUs only (slower on an AVX-512 Xeon; unmeasured elsewhere)."""
+    from verl.testing.tiny import make_tiny_model
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    model = make_tiny_model(num_layers=1)
+    assert not decode_linears.skinny_form_helps("cpu")
+    with decode_linears.skinny_linears(model) as ctx:
+        assert ctx.modules == []
+        assert not any("forward" in m.__dict__ for m in model.modules())
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert decode_linears.skinny_form_helps("cpu") and not decode_linears.skinny_form_helps("meta")
 
 
 def test_inverse_cdf_sample_by_hand():
