@@ -36,16 +36,21 @@ def timed_generate(engine, data) -> tuple[float, int]:
 
 
 def bare_gemms_ms(model: torch.nn.Module, rows: int, reps: int = 5) -> float:
-    """Best time of one pass over every ``nn.Linear`` of ``model`` at ``rows`` input rows, as ``(W @ x^T)^T``
-    (the hf engine's few-row form); nothing else of a decode step."""
+    """Best time of one pass over every ``nn.Linear`` of ``model`` at ``rows`` input rows, in the product form
+    the hf engine uses on this CPU (``(W @ x^T)^T`` where ``decode_linears.skinny_form_helps``, else
+    ``x @ W^T``); nothing else of a decode step."""
+    from verl.engines.reference.decode_linears import skinny_form_helps
+
     weights = [m.weight.detach() for m in model.modules() if isinstance(m, torch.nn.Linear)]
     inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights}
+    skinny = skinny_form_helps("cpu")
     best = float("inf")
     with torch.no_grad():
         for _ in range(reps):
             start = time.perf_counter()
             for w in weights:
-                _ = (w @ inputs[w.shape[1]].T).T
+                x = inputs[w.shape[1]]
+                _ = (w @ x.T).T if skinny else torch.nn.functional.linear(x, w)
             best = min(best, time.perf_counter() - start)
     return best * 1e3
 
@@ -79,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         with common.CpuWatch() as watch:
             times = {}
             for new_tokens in (1, 1 + args.steps):
-                ns = argparse.Namespace(response_length=new_tokens, max_prompt_length=args.max_prompt_length, device="cpu")
+                ns = argparse.Namespace(
+                    response_length=new_tokens, max_prompt_length=args.max_prompt_length, device="cpu"
+                )
                 engine, _ = rollout.build_engine("hf", path, tokenizer, ns)
                 if params is None:
                     params = sum(p.numel() for p in engine.model.parameters())
