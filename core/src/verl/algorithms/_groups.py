@@ -118,7 +118,7 @@ def outcome_rows(token_level_rewards: torch.Tensor, response_mask: torch.Tensor)
     if rewards.device.type == "cpu" and rewards.numel() * rewards.element_size() > 2 * block_bytes:
         mask, sums, counts = _blocked_rows(rewards, response_mask, convert, block_bytes)
     else:
-        mask = response_mask.to(rewards.dtype) if convert else response_mask
+        mask = response_mask.to(rewards.dtype)  # the tensor itself when it already has that dtype
         sums, counts = (rewards * mask).sum(dim=-1), mask.sum(dim=-1)
     # The row sum in the rewards' dtype (torch's cascade sum), then float64: summing with dtype=float64 converts
     # element by element and costs 10x more; a 0/1 outcome reward is summed exactly either way.
@@ -168,8 +168,7 @@ def broadcast(
     per_row = torch.where(valid, per_row, torch.zeros_like(per_row)).to(like.dtype)
     if reuse_mask and response_mask.dtype == like.dtype:
         return response_mask.mul_(per_row.unsqueeze(-1))
-    mask = response_mask if response_mask.dtype == like.dtype else response_mask.to(like.dtype)
-    return per_row.unsqueeze(-1) * mask
+    return per_row.unsqueeze(-1) * response_mask.to(like.dtype)
 
 
 def safe_ratio(num: torch.Tensor, denom: torch.Tensor) -> torch.Tensor:

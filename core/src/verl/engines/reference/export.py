@@ -77,6 +77,11 @@ def write_export_info(
     ``folder/huggingface/``: the HF config the actor was built from (``override_config`` applied) and the tokenizer;
     ``folder/checkpoint.json``: ``{"strategy", "world_size"}`` and, with LoRA, ``{"lora": {"adapter": "lora_adapter",
     "base_model": model_path}}`` (the adapter folder itself is the engine's ``save_adapter`` output).
+
+    Raises:
+        TypeError, ValueError: a bad ``override_config`` or an unloadable ``model_path`` config
+            (:func:`~verl.models.hf_config.load_hf_config`).
+        OSError: ``folder`` cannot be written.
     """
     import json
 
