@@ -10,7 +10,8 @@ What a vendor implements (bring-up of a new accelerator, e.g. Ascend in ``verl-n
 5. Every other method has a default written against a ``torch.cuda``-like ``device_module``
    (``device_count``, ``set_device``, ``current_device``, ``synchronize``, ``empty_cache``,
    ``memory_allocated``, ``memory_reserved``, ``max_memory_allocated``, ``manual_seed_all``);
-   override the ones your device module lacks or does differently, and ``supports_ipc``.
+   override the ones your device module lacks or does differently, and ``supports_ipc`` (and
+   ``configure_allocator`` where the device's tensors need a process-wide allocator setting).
 6. ``check_sync_backend`` / ``new_sync_group`` when ``dist_backend`` is not ``gloo`` or ``nccl``
    (Ascend's ``hccl``): they build the standalone weight-sync group from the vendor's extension.
 
@@ -188,6 +189,13 @@ class Platform(abc.ABC):
         import torch
 
         return torch.get_num_threads()
+
+    def configure_allocator(self) -> str:
+        """Set up how this process allocates tensor memory on the platform; a worker calls it once, before it
+        builds its engines. Returns a short name of the setting in effect. The default leaves torch's allocator
+        as it is (``"default"``: on accelerators the device's caching allocator already keeps freed memory);
+        the ``cpu`` platform keeps freed host memory in the process (:mod:`verl.platform.host_allocator`)."""
+        return "default"
 
     def memory_stats(self) -> dict[str, int]:
         """Memory of this process on the current device, in bytes.

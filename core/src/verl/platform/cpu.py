@@ -139,8 +139,25 @@ class CpuPlatform(Platform):
             return False
         return True
 
+    def configure_allocator(self) -> str:
+        """Keep freed tensor memory in the process (``VERL_CPU_ALLOCATOR=caching``, the default), as a device's
+        caching allocator does, so an update's activations reuse mapped pages instead of taking page faults;
+        ``VERL_CPU_ALLOCATOR=system`` leaves the C library's defaults. Returns what is in effect (see
+        :func:`verl.platform.host_allocator.configure_host_allocator`).
+
+        Raises:
+            ValueError: ``VERL_CPU_ALLOCATOR`` holds an unknown policy.
+        """
+        from verl.platform.host_allocator import configure_host_allocator
+
+        return configure_host_allocator()
+
     def empty_cache(self) -> None:
-        """No-op: there is no device cache on CPU."""
+        """Give the free host memory the C library keeps back to the kernel (glibc ``malloc_trim``; no-op
+        elsewhere): the CPU counterpart of emptying a device's cache."""
+        from verl.platform.host_allocator import release_host_cache
+
+        release_host_cache()
 
     def synchronize(self) -> None:
         """No-op: CPU ops complete before they return."""

@@ -64,6 +64,7 @@ class SFTTrainer:
         self.world = torchrun_world(t.nnodes, t.n_gpus_per_node)
         platform = resolve_platform(t.device)
         join_process_group(self.world, platform)
+        platform.configure_allocator()
         self.device = platform.torch_device()
         from verl.trainer.sft_ranks import barrier
 

@@ -75,6 +75,7 @@ class ActorRolloutRefWorker(Worker):
             platform.set_device(self.local_rank % platform.device_count())
         self._init_process_group(platform)
         self.threads = platform.configure_threads(self.local_world_size)
+        self.allocator = platform.configure_allocator()
         platform.manual_seed(cfg.trainer.seed + self.rank)
         device = platform.torch_device()
         model_path = resolve_model_path(arr.model.path)
@@ -161,6 +162,7 @@ class ActorRolloutRefWorker(Worker):
             "roles": self.role,
             "ref": self.ref is not None,
             "threads": self.threads,
+            "allocator": self.allocator,
             "rollout_tp": int(arr.rollout.tensor_model_parallel_size) if self.rollout is not None else None,
         }
 

@@ -101,6 +101,7 @@ class CriticWorker(Worker):
             platform.set_device(self.local_rank % platform.device_count())
         self._init_process_group(platform)
         platform.configure_threads(self.local_world_size)
+        platform.configure_allocator()
         platform.manual_seed(cfg.trainer.seed + self.rank)
         device = platform.torch_device()
         strategy = cfg.critic.strategy or cfg.actor_rollout_ref.actor.strategy

@@ -13,8 +13,9 @@ from typing import Any
 import ray
 
 #: Driver environment variables handed to every worker (only those set in the driver): thread counts,
-#: plugin selection and import path must match the driver's, or workers behave differently from it.
-PROPAGATED_ENV_VARS = ("OMP_NUM_THREADS", "VERL_PLUGINS", "PYTHONPATH", "TOKENIZERS_PARALLELISM")
+#: plugin selection, host allocator policy and import path must match the driver's, or workers behave
+#: differently from it.
+PROPAGATED_ENV_VARS = ("OMP_NUM_THREADS", "VERL_PLUGINS", "VERL_CPU_ALLOCATOR", "PYTHONPATH", "TOKENIZERS_PARALLELISM")
 
 #: Object store size of a local cluster started by :func:`init_ray` (bytes) unless ``ray_init`` sets one.
 DEFAULT_OBJECT_STORE_BYTES = 256 * 1024**2
