@@ -25,6 +25,7 @@ fi
 "$PY" benchmarks/rollout.py --engines hf vllm --batch-sizes $SIZES --reps "$REPS" --json "$OUT/rollout.json" --md "$OUT/rollout.md"
 # shellcheck disable=SC2086
 "$PY" benchmarks/decode_split.py --batch-sizes $SIZES | tee "$OUT/decode_split.md"
+"$PY" benchmarks/host_allocator.py --steps "$STEPS" --json "$OUT/host_allocator.json" --md "$OUT/host_allocator.md"
 "$PY" benchmarks/grpo_step.py --steps "$STEPS" --reps "$REPS" ${TRL_VENV:+--trl-venv "$TRL_VENV"} \
   --json "$OUT/grpo_step.json" --md "$OUT/grpo_step.md"
 # Needs verl-fsdp in $PYTHON too (pip install -e ./plugins/verl-fsdp).

@@ -154,7 +154,9 @@ class CpuPlatform(Platform):
 
     def empty_cache(self) -> None:
         """Give the free host memory the C library keeps back to the kernel (glibc ``malloc_trim``; no-op
-        elsewhere): the CPU counterpart of emptying a device's cache."""
+        elsewhere): the CPU counterpart of emptying a device's cache. Like ``torch.cuda.empty_cache`` it is for
+        phase ends (an engine going to sleep), not every step: the next phase pays page faults for what it
+        gave back."""
         from verl.platform.host_allocator import release_host_cache
 
         release_host_cache()

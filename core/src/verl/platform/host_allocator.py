@@ -11,10 +11,14 @@ in a process that has built vLLM's CPU engine the same faults cost 6.6-10.4 s (`
 The ``caching`` setting (the default on the ``cpu`` platform) makes glibc behave like CUDA's caching allocator:
 ``mallopt(M_MMAP_MAX, 0)`` serves large blocks from the heap too, and ``mallopt(M_TRIM_THRESHOLD, -1)`` keeps freed
 heap pages in the process (both documented in mallopt(3)), so the next micro-batch reuses pages that are already
-mapped. The process's peak resident memory stays what it was; memory freed after the peak is kept until
-:func:`release_host_cache` (``Platform.empty_cache`` on the ``cpu`` platform) hands it back with ``malloc_trim``.
-Where large blocks cannot be had from the heap glibc still falls back to ``mmap``, so no allocation fails because
-of it.
+mapped. Memory freed after a phase's peak is kept until :func:`release_host_cache` (``Platform.empty_cache`` on the
+``cpu`` platform) hands it back with ``malloc_trim``; the peak itself can grow a little (3-4% measured), because a
+block that fits none of the heap's holes extends it. Where the heap cannot grow glibc still falls back to
+``mmap``, so no allocation fails because of it.
+
+Scope: the settings govern the main heap, where a worker's tensors come from (the engines run on the main
+thread). Threads other than the main one allocate from their own arenas of at most 64 MiB, where glibc still maps
+larger blocks one by one (the ``hf`` async server's decode thread, for instance): those keep glibc's behaviour.
 
 The environment variable ``VERL_CPU_ALLOCATOR`` chooses (read when a worker configures its platform):
 
@@ -51,7 +55,7 @@ def _libc() -> Any | None:
     """The process's glibc (the symbols already loaded), or ``None`` where the C library is not glibc."""
     try:
         libc = ctypes.CDLL(None)
-    except OSError:
+    except (OSError, TypeError):  # Windows: CDLL(None) is a TypeError
         return None
     # gnu_get_libc_version exists only in glibc: musl and macOS have a mallopt stub or none at all.
     if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):

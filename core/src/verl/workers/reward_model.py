@@ -89,6 +89,7 @@ class RewardModelWorker(Worker):
         platform = resolve_platform(cfg.trainer.device)
         if platform.device_count() > 0 and platform.name != "cpu":
             platform.set_device(self.local_rank % platform.device_count())
+        platform.configure_allocator()
         self.device = platform.torch_device()
         path = resolve_model_folder(rm.path)
         try:
