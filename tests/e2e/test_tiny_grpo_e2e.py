@@ -444,3 +444,28 @@ def test_validation_with_n_samples_reports_verl_metrics_and_logs_generations(wor
     # The logged samples are dumped ones: same (input, output, score) triples.
     dumped_triples = {(r["input"], r["output"], round(r["score"], 6)) for r in dumped}
     assert all((r["input"], r["output"], round(r["score"], 6)) in dumped_triples for r in logged)
+
+
+def test_host_allocator_policy_changes_no_result(workspace, tmp_path):
+    """The ``caching`` host allocator (the cpu platform's default, ``VERL_CPU_ALLOCATOR``) hands tensors reused heap
+    memory where glibc's defaults hand fresh zero pages: a kernel that read memory it never wrote would differ
+    between the two. Two ``verl train`` processes, one per policy, log the same metrics at every step."""
+    import os
+    import subprocess
+    import sys
+
+    rows = {}
+    for policy in ("system", "caching"):
+        run_dir = tmp_path / policy
+        env = dict(os.environ, VERL_CPU_ALLOCATOR=policy)
+        args = _args(
+            workspace, run_dir, "trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "verl.cli.main", *args], env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"host allocator of the actor/rollout workers: {policy}" in done.stderr, done.stderr[-3000:]
+        rows[policy] = [_strip_timing(r) for r in _metrics(run_dir)]
+    assert [r["step"] for r in rows["system"] if r["step"] > 0] == [1, 2, 3]
+    assert rows["caching"] == rows["system"]

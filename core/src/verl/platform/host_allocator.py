@@ -12,7 +12,7 @@ The ``caching`` setting (the default on the ``cpu`` platform) makes glibc behave
 ``mallopt(M_MMAP_MAX, 0)`` serves large blocks from the heap too, and ``mallopt(M_TRIM_THRESHOLD, -1)`` keeps freed
 heap pages in the process (both documented in mallopt(3)), so the next micro-batch reuses pages that are already
 mapped. Memory freed after a phase's peak is kept until :func:`release_host_cache` (``Platform.empty_cache`` on the
-``cpu`` platform) hands it back with ``malloc_trim``; the peak itself can grow a little (3-4% measured), because a
+``cpu`` platform) hands it back with ``malloc_trim``; the peak itself can grow a little (1-4% measured), because a
 block that fits none of the heap's holes extends it. Where the heap cannot grow glibc still falls back to
 ``mmap``, so no allocation fails because of it.
 

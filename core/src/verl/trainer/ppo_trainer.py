@@ -140,7 +140,11 @@ class PPOTrainer(StepStages, ValidationLoop):
         self.world_size = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
         check_model_fits_rollout(cfg, model_path)
         self.actor_rollout_wg, self.rollout_wg = build_worker_groups(cfg, self.platform)
-        self.actor_rollout_wg.init_model(self.total_training_steps)
+        summaries = self.actor_rollout_wg.init_model(self.total_training_steps)
+        ranks = summaries if isinstance(summaries, (list, tuple)) else [summaries]
+        allocators = sorted({str(s["allocator"]) for s in ranks if isinstance(s, dict) and "allocator" in s})
+        if allocators:
+            logger.info("host allocator of the actor/rollout workers: %s", ", ".join(allocators))
         if self.rollout_wg is not self.actor_rollout_wg:
             self.rollout_wg.init_model(self.total_training_steps)
             init_weight_sync_group(self.actor_rollout_wg, self.rollout_wg)
