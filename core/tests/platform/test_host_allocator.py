@@ -112,7 +112,7 @@ def test_settings_that_change_nothing(monkeypatch, environ, expected):
     # None of these calls mallopt, so they can run in this process.
     monkeypatch.setattr(host_allocator, "_applied", None)
     assert host_allocator.configure_host_allocator(environ) == expected
-    assert host_allocator.applied_mode() == expected
+    assert host_allocator._applied == expected
     # The first call decides for the process: a later one with another environment reports the same.
     assert host_allocator.configure_host_allocator({ALLOCATOR_ENV: "caching"}) == expected
 

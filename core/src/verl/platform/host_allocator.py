@@ -31,6 +31,7 @@ An allocator preloaded with ``LD_PRELOAD`` (jemalloc, tcmalloc) keeps its own po
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import threading
 from typing import Any
@@ -51,6 +52,7 @@ _lock = threading.Lock()
 _applied: str | None = None
 
 
+@functools.cache
 def _libc() -> Any | None:
     """The process's glibc (the symbols already loaded), or ``None`` where the C library is not glibc."""
     try:
@@ -98,7 +100,7 @@ def configure_host_allocator(environ: dict[str, str] | None = None) -> str:
         env = os.environ if environ is None else environ
         preload = env.get("LD_PRELOAD", "")
         preloaded = next((name for name in _PRELOADED if name in preload), None)
-        libc = _libc() if mode == "caching" else None
+        libc = _libc()
         if mode == "system":
             _applied = "system"
         elif preloaded is not None:
@@ -112,11 +114,6 @@ def configure_host_allocator(environ: dict[str, str] | None = None) -> str:
             ok = libc.mallopt(_M_TRIM_THRESHOLD, -1) == 1 and libc.mallopt(_M_MMAP_MAX, 0) == 1
             _applied = "caching" if ok else "system (mallopt refused)"
         return _applied
-
-
-def applied_mode() -> str | None:
-    """What :func:`configure_host_allocator` put in effect in this process, ``None`` before its first call."""
-    return _applied
 
 
 def release_host_cache() -> bool:

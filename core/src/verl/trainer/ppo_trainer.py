@@ -141,8 +141,8 @@ class PPOTrainer(StepStages, ValidationLoop):
         check_model_fits_rollout(cfg, model_path)
         self.actor_rollout_wg, self.rollout_wg = build_worker_groups(cfg, self.platform)
         summaries = self.actor_rollout_wg.init_model(self.total_training_steps)
-        ranks = summaries if isinstance(summaries, (list, tuple)) else [summaries]
-        allocators = sorted({str(s["allocator"]) for s in ranks if isinstance(s, dict) and "allocator" in s})
+        # ONE_TO_ALL returns one summary per rank; a plugin's worker may not report an allocator.
+        allocators = sorted({str(s["allocator"]) for s in summaries if isinstance(s, dict) and "allocator" in s})
         if allocators:
             logger.info("host allocator of the actor/rollout workers: %s", ", ".join(allocators))
         if self.rollout_wg is not self.actor_rollout_wg:
