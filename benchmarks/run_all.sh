@@ -17,6 +17,7 @@ else
   REPS=2; STEPS=3; SIZES="8 32 64"
 fi
 "$PY" benchmarks/protocol.py --reps 3 --threads "$OMP_NUM_THREADS" --json "$OUT/protocol.json" --md "$OUT/protocol.md"
+"$PY" benchmarks/advantage_profile.py --reps 3 --threads "$OMP_NUM_THREADS" --json "$OUT/advantage_profile.json" --md "$OUT/advantage_profile.md"
 "$PY" benchmarks/train.py --reps "$REPS" --inner 2 --json "$OUT/train.json" --md "$OUT/train.md"
 # verl's default-sized budgets (3072 / 6144 real tokens): padded micro-batches then carry many pad tokens.
 "$PY" benchmarks/train.py --reps "$REPS" --inner 2 --train-tokens 3072 --infer-tokens 6144 \
