@@ -121,7 +121,9 @@ def run_worker(side: str, python: Path, state: str, args: argparse.Namespace, ou
     cmd = [str(python), str(Path(__file__).resolve()), "--worker", side, "--state", state, "--out", str(out)]
     for flag in ("rows", "response_len", "group", "seed", "threads", "calls"):
         cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LD_PRELOAD") and not k.startswith("MALLOC_")}
+    # Nothing inherited may set the heap up another way: a preloaded allocator, MALLOC_* or glibc's malloc tunables.
+    dropped = ("PYTHONPATH", "LD_PRELOAD", "GLIBC_TUNABLES")
+    env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("MALLOC_")}
     env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent)  # common.py, protocol.py: never a verl package
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(REPO))
