@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from common import REPO, load_avg, machine_info, median_spread, write_results
-from protocol import DEFAULT_VENV, EPSILON, SIDES, VERL_VERSION, ensure_verl_venv, make_inputs
+from protocol import DEFAULT_VENV, SIDES, VERL_VERSION, ensure_verl_venv, make_inputs, outcome_kwargs
 
 STATES = ("mmap", "glibc", "caching")
 ESTIMATOR = {"ours": "grpo", "verl": "grpo_vectorized"}
@@ -72,14 +72,7 @@ def worker(args: argparse.Namespace) -> int:
     inputs = make_inputs(args.rows, 2 * args.response_len, args.response_len, args.group, args.seed)
     a = inputs["adv"]
     fn = get_adv_estimator_fn(ESTIMATOR[args.worker])
-    kwargs = {
-        "token_level_rewards": a["token_level_rewards"],
-        "response_mask": a["response_mask"],
-        "index": a["index"],
-        "epsilon": EPSILON,
-        "norm_adv_by_std_in_grpo": True,
-        "config": None,
-    }
+    kwargs = outcome_kwargs(inputs)
     if args.state != "glibc":
         del inputs["tensors"]  # only the protocol batch's frees shape the ``glibc`` state; drop it elsewhere
     adv, _ = fn(**kwargs)

@@ -230,10 +230,10 @@ def dataproto_cases(dp_cls: Any, inputs: dict, chunks: int, split_size: int, rep
     }
 
 
-def advantage_cases(get_fn: Callable[[str], Callable], inputs: dict, side: str) -> dict[str, tuple]:
-    """``{op: (setup, call)}`` for the estimators; each call returns ``(advantages, returns)``."""
+def outcome_kwargs(inputs: dict) -> dict[str, Any]:
+    """Keyword arguments of a GRPO-family estimator call on ``make_inputs``'s advantage inputs (both sides)."""
     a = inputs["adv"]
-    outcome = {
+    return {
         "token_level_rewards": a["token_level_rewards"],
         "response_mask": a["response_mask"],
         "index": a["index"],
@@ -241,6 +241,12 @@ def advantage_cases(get_fn: Callable[[str], Callable], inputs: dict, side: str) 
         "norm_adv_by_std_in_grpo": True,
         "config": None,
     }
+
+
+def advantage_cases(get_fn: Callable[[str], Callable], inputs: dict, side: str) -> dict[str, tuple]:
+    """``{op: (setup, call)}`` for the estimators; each call returns ``(advantages, returns)``."""
+    a = inputs["adv"]
+    outcome = outcome_kwargs(inputs)
     gae = {k: a[k] for k in ("token_level_rewards", "values", "response_mask")}
     grpo = get_fn("grpo")
     vectorized = get_fn("grpo_vectorized") if side == "verl" else grpo
