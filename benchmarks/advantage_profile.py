@@ -7,20 +7,23 @@
 glibc's heap. Both estimators allocate (batch, response_len) float32 outputs, and on a CPU a fresh 4 MB block
 costs about as much as the arithmetic when its pages come new from the kernel (a page fault per 4 KiB). So this
 script runs both sides in three controlled heap states, each in its own subprocess (ours with this interpreter,
-verl with the venv of ``protocol.py``), sides alternating per rep:
+verl with the venv of ``protocol.py``), the order of the sides flipped on every other rep:
 
 * ``mmap``: ``mallopt(M_MMAP_THRESHOLD, 128 KiB)`` fixed: every block of 128 KiB or more is a fresh mapping,
   unmapped on free (glibc's behaviour in a process that has not yet freed a large block);
-* ``glibc``: glibc's defaults after building ``protocol.py``'s whole batch (about 90 MB, whose frees raise glibc's
-  dynamic mmap threshold): the state ``protocol.py`` measures in;
+* ``glibc``: glibc's defaults with ``protocol.py``'s whole batch built and kept (about 90 MB at the default sizes;
+  building it frees large temporaries, which raises glibc's dynamic mmap threshold). Close to ``protocol.py``'s
+  process but not the same: that one has also run the DataProto ops and, on verl's side, verl's slow ``grpo``
+  before, and it times with the garbage collector paused (this script leaves it on, as a trainer does);
 * ``caching``: ``mallopt(M_TRIM_THRESHOLD, -1)`` + ``mallopt(M_MMAP_MAX, 0)``, what a verl-core ``cpu`` worker
   sets up (``verl.platform.host_allocator``): freed memory stays in the heap.
 
 Inputs are ``protocol.py``'s (``make_inputs``: 1024 x 1024 response tokens, int64 mask, one 0/1 reward per row,
 128 uid groups of 8), built in every state. Per (side, state) the table gives the best and the median call (ms),
-the minor page faults per call (``getrusage``), and the kernels that took the most self CPU time per call under
-``torch.profiler`` (100 calls after the timed ones; the profiler adds its own overhead, so its per-call total is
-above the timed figure). Both sides' advantages are compared on the mask (``--atol``) before timing.
+the minor page faults per call (``getrusage``), the self CPU time of all torch ops per call under ``torch.profiler``
+(100 calls after the timed ones) and the ops that took most of it. Work outside torch's ops (Python, numpy: verl
+factorises the uid strings with ``np.unique``) is in the timed figures but not in the profiled ones. Both sides'
+advantages are compared on the mask (``--atol``) before timing.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ def worker(args: argparse.Namespace) -> int:
     import torch
     from torch.profiler import profile
 
+    # Each import exists in one package only (verl-core's ``verl.algorithms``, verl's ``verl.trainer``), so a worker
+    # that got the other side's ``verl`` fails here.
     if args.worker == "ours":
         from verl.algorithms import get_adv_estimator_fn
     else:
@@ -74,7 +79,7 @@ def worker(args: argparse.Namespace) -> int:
     fn = get_adv_estimator_fn(ESTIMATOR[args.worker])
     kwargs = outcome_kwargs(inputs)
     if args.state != "glibc":
-        del inputs["tensors"]  # only the protocol batch's frees shape the ``glibc`` state; drop it elsewhere
+        del inputs["tensors"]  # the batch belongs to the ``glibc`` state only
     adv, _ = fn(**kwargs)
     np.save(Path(args.out).with_suffix(".npy"), adv[a["response_mask"] != 0].double().numpy())
     del adv
@@ -131,12 +136,12 @@ def markdown(result: dict) -> str:
         f"machine: {m['cpu']} ({m['cores']} cores), {s['threads']} torch threads; load average "
         f"{result['load_avg_start']} -> {result['load_avg_end']}",
         f"ours: grpo (verl-core) | verl: grpo_vectorized (verl {s['verl_version']}, PyPI); {s['rows']} x "
-        f"{s['response_len']} response tokens, groups of {s['group']}; {s['reps']} reps alternating sides, "
+        f"{s['response_len']} response tokens, groups of {s['group']}; {s['reps']} reps, side order flipped every rep, "
         f"{s['calls']} timed calls each; median (min-max) over reps of each run's best call",
         f"check: max |ours - verl| on the mask {result['max_abs_diff']:.1e} (atol {s['atol']})",
         "",
-        "| state | side | best ms | median call ms | faults / call | top kernels, self CPU us per call (calls) |",
-        "|---|---|---|---|---|---|",
+        "| state | side | best ms | median call ms | faults / call | torch ops us / call | top ops, self CPU us per call (calls) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         kernels = ", ".join(
@@ -145,7 +150,8 @@ def markdown(result: dict) -> str:
         )
         lines.append(
             f"| {row['state']} | {row['side']} | {row['best_ms'][0]:.3f} ({row['best_ms'][1]:.3f}-"
-            f"{row['best_ms'][2]:.3f}) | {row['median_ms']:.3f} | {row['faults_per_call']:.0f} | {kernels} |"
+            f"{row['best_ms'][2]:.3f}) | {row['median_ms']:.3f} | {row['faults_per_call']:.0f} | "
+            f"{row['profiled_us']:.0f} | {kernels} |"
         )
     lines.append("")
     for state in s["states"]:
@@ -165,7 +171,7 @@ def driver(args: argparse.Namespace) -> int:
         for rep in range(args.reps):
             for state in args.states:
                 advs = {}
-                for side in SIDES:
+                for side in SIDES if rep % 2 == 0 else SIDES[::-1]:
                     out = Path(tmp) / f"{side}-{state}-{rep}.json"
                     runs[(state, side)].append(run_worker(side, python[side], state, args, out))
                     advs[side] = np.load(out.with_suffix(".npy"))
@@ -189,6 +195,7 @@ def driver(args: argparse.Namespace) -> int:
                 "best_ms": median_spread(best),
                 "median_ms": median_spread([r["median_s"] * 1e3 for r in reps])[0],
                 "faults_per_call": median_spread([r["faults_per_call"] for r in reps])[0],
+                "profiled_us": median_spread([r["profiled_us_per_call"] for r in reps])[0],
                 "kernels": last["kernels"],
             }
         )
@@ -211,7 +218,7 @@ def driver(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=3, help="alternating runs per side and state")
+    parser.add_argument("--reps", type=int, default=3, help="runs per side and state (side order flipped every rep)")
     parser.add_argument("--calls", type=int, default=300, help="timed calls per run")
     parser.add_argument("--threads", type=int, default=2, help="torch/OpenMP threads on both sides")
     parser.add_argument("--rows", type=int, default=1024)
