@@ -50,7 +50,11 @@ TOP_KERNELS = 6
 
 
 def set_heap_state(state: str) -> None:
-    """Put glibc's heap of this process into ``state`` (see the module docstring). Raises OSError if refused."""
+    """Put glibc's heap of this process into ``state`` (see the module docstring). Raises OSError if refused.
+
+    ``caching`` repeats the two calls of ``verl.platform.host_allocator`` here because verl's side runs in a venv
+    without verl-core: both sides must get the same settings from the same code.
+    """
     if state == "glibc":
         return
     libc = ctypes.CDLL(None)
@@ -131,6 +135,7 @@ def run_worker(side: str, python: Path, state: str, args: argparse.Namespace, ou
 
 
 def markdown(result: dict) -> str:
+    """The results as printed and written to ``--md``: a header, one row per (state, side), ours / verl per state."""
     s, m = result["settings"], result["machine"]
     lines = [
         f"machine: {m['cpu']} ({m['cores']} cores), {s['threads']} torch threads; load average "
