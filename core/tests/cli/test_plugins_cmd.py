@@ -62,10 +62,10 @@ def test_text_report_lists_plugins_specs_and_usability(site, capsys):
     site("verl-engines", "2.1", "engines", "cli_engines_plugin", ENGINES)
     rc, out = _run(capsys)
     assert rc == 0
-    assert "verl plugins: entry-point group 'verl.plugins', plugin API 2.5, VERL_PLUGINS unset (all plugins)" in out
+    assert "verl plugins: entry-point group 'verl.plugins', plugin API 2.6, VERL_PLUGINS unset (all plugins)" in out
     lines = out.splitlines()
     builtin_row = next(line for line in lines if line.startswith("builtin "))
-    assert builtin_row.split()[:5] == ["builtin", "verl-core", "0.1.0", "verl.plugins.builtin", "2.5"]
+    assert builtin_row.split()[:5] == ["builtin", "verl-core", "0.1.0", "verl.plugins.builtin", "2.6"]
     assert "platform: cpu, cuda" in builtin_row
     engines_row = next(line for line in lines if line.startswith("engines "))
     assert engines_row.split()[:5] == ["engines", "verl-engines", "2.1", "cli_engines_plugin", "2.0"]
@@ -99,7 +99,7 @@ def test_json_report(site, capsys):
     rc, out = _run(capsys, "--json")
     assert rc == 1
     report = json.loads(out)
-    assert report["api_version"] == [2, 5] and report["allow_list"] is None
+    assert report["api_version"] == [2, 6] and report["allow_list"] is None
     by_name = {p["name"]: p for p in report["plugins"]}
     assert by_name["builtin"]["distribution"] == "verl-core"
     assert by_name["builtin"]["provides"]["platform"] == ["cpu", "cuda", "rocm"]

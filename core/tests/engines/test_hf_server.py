@@ -369,20 +369,59 @@ def test_cancel_and_close_abort_requests(setup) -> None:
         ([], {"max_tokens": 4}, "prompt_ids is empty"),
         ([5, 6], {"max_tokens": 4, "temperatur": 1.0}, r"unknown sampling parameter\(s\) \['temperatur'\]"),
         ([5, 6], {"temperature": 1.0}, r"sampling_params\['max_tokens'\] must be >= 1"),
+        ([5, 6], {"max_tokens": "4"}, r"sampling_params\['max_tokens'\] must be an integer, got '4'"),
+        ([5, 6], {"max_tokens": float("nan")}, r"sampling_params\['max_tokens'\] must be an integer, got nan"),
         ([5, 6], {"max_tokens": 4, "top_p": 0.0}, r"sampling_params\['top_p'\] must be in \(0, 1\]"),
+        ([5, 6], {"max_tokens": 4, "top_p": float("nan")}, r"sampling_params\['top_p'\] must be a finite number"),
         ([5, 6], {"max_tokens": 4, "temperature": -1.0}, r"sampling_params\['temperature'\] must be >= 0"),
-        ([5, 6], {"max_tokens": 4, "top_k": "5"}, r"sampling_params\['top_k'\] must be a number"),
-        ([5, 6], {"max_tokens": 4, "seed": 1.5}, r"sampling_params\['seed'\] must be an int"),
+        ([5, 6], {"max_tokens": 4, "temperature": float("nan")}, r"'temperature'\] must be a finite number, got nan"),
+        ([5, 6], {"max_tokens": 4, "temperature": float("inf")}, r"'temperature'\] must be a finite number, got inf"),
+        ([5, 6], {"max_tokens": 4, "temperature": True}, r"'temperature'\] must be a number, got True"),
+        ([5, 6], {"max_tokens": 4, "top_k": "5"}, r"sampling_params\['top_k'\] must be an integer, got '5'"),
+        ([5, 6], {"max_tokens": 4, "top_k": -2}, r"sampling_params\['top_k'\] must be -1 or 0 \(off\)"),
+        ([5, 6], {"max_tokens": 4, "seed": 1.5}, r"sampling_params\['seed'\] must be an integer, got 1.5"),
+        ([5, 6], {"max_tokens": 4, "seed": 2**64}, r"sampling_params\['seed'\] must fit in 64 bits"),
+        ([5, 6], {"max_tokens": 4, "logprobs": "yes"}, r"sampling_params\['logprobs'\] must be true or false"),
         ([5, 6], {"max_tokens": 4, "stop_token_ids": 2}, r"sampling_params\['stop_token_ids'\] must be a list"),
-        ([5, 104], {"max_tokens": 4}, r"prompt_ids \[104\] are outside the vocabulary \[0, 104\)"),
+        ([5, 6], {"max_tokens": 4, "stop_token_ids": [2.5]}, r"'stop_token_ids'\]\[0\] must be an integer token"),
+        ([5, 104], {"max_tokens": 4}, r"prompt_ids\[1\] = 104 is outside the model's vocabulary \[0, 104\)"),
+        ([5, 6.0], {"max_tokens": 4}, r"prompt_ids\[1\] must be an integer token id, got 6.0 \(float\)"),
+        ([5, "6"], {"max_tokens": 4}, r"prompt_ids\[1\] must be an integer token id, got '6' \(str\)"),
+        ([True, 6], {"max_tokens": 4}, r"prompt_ids\[0\] must be an integer token id, got True \(bool\)"),
+        ("56", {"max_tokens": 4}, r"prompt_ids must be a list of integer token ids, got str"),
+        ([5, 6], [("max_tokens", 4)], r"sampling_params must be a dict, got list"),
         (list(range(4, 104)) * 11, {"max_tokens": 1}, "max_position_embeddings=1024"),
     ],
 )
 def test_bad_requests_are_refused_naming_the_field(setup, prompt, params, message) -> None:
+    """Every field of a request is checked before it reaches the decode thread: no NaN / inf sampling value, no
+    float, string or bool token id, no wrong type passes (issue #36)."""
     server = _engine(setup).server()
     with pytest.raises(ValueError, match=message):
         asyncio.run(server.generate("bad", prompt, params))
+    with pytest.raises(ValueError, match=r"request_id must be a str, got int"):
+        asyncio.run(server.generate(7, [5, 6], {"max_tokens": 4}))
     assert server.in_flight == 0 and server.stats()["prefills"] == 0
+
+
+def test_requests_with_numpy_and_tensor_ids_are_accepted_as_plain_ints() -> None:
+    """Integer types a caller may hold (numpy scalars, a 1-D int tensor, an integral float ``max_tokens`` from a
+    JSON client) are normalised to Python ints; the checked values come back as given."""
+    import numpy as np
+
+    from verl.engines.serving import validate_request
+
+    valid = validate_request(
+        "r",
+        torch.tensor([5, 6, 7]),
+        {"max_tokens": 16.0, "temperature": np.float32(0.5), "top_k": np.int64(3), "stop_token_ids": [np.int32(2)]},
+        owner="test",
+        vocab_size=104,
+    )
+    assert valid.prompt_ids == [5, 6, 7] and all(type(t) is int for t in valid.prompt_ids)
+    assert (valid.max_tokens, valid.temperature, valid.top_k, valid.stop_token_ids) == (16, 0.5, 3, (2,))
+    assert (valid.top_p, valid.logprobs, valid.seed, valid.greedy) == (1.0, False, None, False)
+    assert validate_request("r", np.array([1]), {"max_tokens": 1, "temperature": 0}, owner="t").greedy
 
 
 def test_merge_right_aligns_rows_and_select_cuts_padding() -> None:

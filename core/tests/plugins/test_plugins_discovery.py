@@ -100,7 +100,7 @@ def test_api_mismatch_on_disk_is_refused_and_reported(fake_dist):
     pm = PluginManager()
     (failure,) = pm.failures
     assert failure.stage == "api_version"
-    assert "built for verl plugin API 0.3, but this verl-core serves API 2.5" in failure.error
+    assert "built for verl plugin API 0.3, but this verl-core serves API 2.6" in failure.error
     assert failure.error.startswith("IncompatiblePluginError")
     with pytest.raises(UnknownPluginError, match=r"verl-old 0.0.9 .*\[api_version\]"):
         pm.get("rollout_engine", "old")

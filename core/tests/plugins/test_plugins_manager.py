@@ -179,15 +179,15 @@ def test_same_name_in_different_kinds_is_not_a_conflict(pm):
 @pytest.mark.parametrize(
     "declared,needle",
     [
-        ((3, 0), "was built for verl plugin API 3.0, but this verl-core serves API 2.5"),
+        ((3, 0), "was built for verl plugin API 3.0, but this verl-core serves API 2.6"),
         ((0, 9), "was built for verl plugin API 0.9"),
         # A plugin of API 1.x hears what 2.0 changed: its factories must take the validated options.
         (
             (1, 0),
-            "serves API 2.5: install a release of verl-old built for API 2.x, or a verl-core serving API 1.x "
+            "serves API 2.6: install a release of verl-old built for API 2.x, or a verl-core serving API 1.x "
             "(what changed: API 2.0: engine factories take a required keyword 'options'",
         ),
-        ((2, 7), "needs verl plugin API 2.7, but this verl-core serves API 2.5: upgrade verl-core"),
+        ((2, 7), "needs verl plugin API 2.7, but this verl-core serves API 2.6: upgrade verl-core"),
         ("1.0", "VERL_PLUGIN_API='1.0'; it must be a (major, minor) tuple of ints"),
         ((1,), "it must be a (major, minor) tuple"),
         ((True, 0), "it must be a (major, minor) tuple"),
@@ -203,12 +203,12 @@ def test_incompatible_api_versions_are_refused(pm, declared, needle):
 
 
 def test_compatible_api_versions_are_recorded(pm):
-    assert PLUGIN_API_VERSION == (2, 5)
-    same, _ = rollout_plugin("fake_api_same", "a", VERL_PLUGIN_API=(2, 5))
+    assert PLUGIN_API_VERSION == (2, 6)
+    same, _ = rollout_plugin("fake_api_same", "a", VERL_PLUGIN_API=(2, 6))
     # 2.1 only added names to the surface: a plugin built for 2.0 is accepted as it is.
     older_minor, _ = rollout_plugin("fake_api_older", "c", VERL_PLUGIN_API=(2, 0))
     undeclared, _ = rollout_plugin("fake_api_none", "b")
-    assert pm.register(same).api_version == (2, 5)
+    assert pm.register(same).api_version == (2, 6)
     assert pm.register(older_minor).api_version == (2, 0)
     assert pm.register(undeclared).api_version is None
 

@@ -369,13 +369,27 @@ def test_cancelled_request_is_aborted(engine, server, tokenizer, gate, hf_greedy
         ("x", [1, 2], {"max_tokens": 4, "temprature": 0.5}, ValueError, "unknown sampling parameter(s) ['temprature']"),
         ("x", [1, 2], {"temperature": 0.5}, ValueError, "sampling_params['max_tokens'] must be >= 1"),
         ("x", [], {"max_tokens": 4}, ValueError, "prompt_ids is empty"),
-        ("x", [1, 104], {"max_tokens": 4}, ValueError, "token id 104, outside the model's vocabulary [0, 104)"),
-        ("x", [1, -1], {"max_tokens": 4}, ValueError, "token id -1, outside"),
+        (
+            "x",
+            [1, 104],
+            {"max_tokens": 4},
+            ValueError,
+            "prompt_ids[1] = 104 is outside the model's vocabulary [0, 104)",
+        ),
+        ("x", [1, -1], {"max_tokens": 4}, ValueError, "prompt_ids[1] = -1 is outside"),
         ("x", [1, 2], {"max_tokens": 4, "temperature": -1.0}, ValueError, "'temperature'] must be >= 0"),
         ("x", [1, 2], {"max_tokens": 4, "top_p": 0.0}, ValueError, "'top_p'] must be in (0, 1]"),
-        ("x", [1, 2], {"max_tokens": 4, "top_k": 2.5}, TypeError, "'top_k'] must be an integer"),
-        ("x", [1, 2], {"max_tokens": 4, "stop_token_ids": ["a"]}, TypeError, "'stop_token_ids'] must be an integer"),
-        (7, [1, 2], {"max_tokens": 4}, TypeError, "request_id must be a str"),
+        ("x", [1, 2], {"max_tokens": 4, "top_k": 2.5}, ValueError, "'top_k'] must be an integer"),
+        (
+            "x",
+            [1, 2],
+            {"max_tokens": 4, "stop_token_ids": ["a"]},
+            ValueError,
+            "'stop_token_ids'][0] must be an integer",
+        ),
+        ("x", [1, 2], {"max_tokens": 4, "temperature": float("nan")}, ValueError, "'temperature'] must be a finite"),
+        ("x", [1, 2.0], {"max_tokens": 4}, ValueError, "prompt_ids[1] must be an integer token id"),
+        (7, [1, 2], {"max_tokens": 4}, ValueError, "request_id must be a str"),
     ],
 )
 def test_bad_requests_raise(server, request_id, prompt, params, error, fragment):
@@ -402,20 +416,24 @@ def test_closed_server_and_tensor_parallel_refused(engine, monkeypatch):
 def test_request_sampling_kwargs():
     from verl_vllm.server import request_sampling_kwargs
 
-    common = {"prompt_len": 10, "max_model_len": 32, "eos_token_ids": [2, 7]}
-    sampled = request_sampling_kwargs(
-        {"temperature": 0.7, "top_k": -1, "top_p": 0.9, "max_tokens": 100, "seed": 5, "stop_token_ids": [9, 2]},
-        **common,
+    from verl.engines.serving import validate_request
+
+    def kwargs(params, **extra):
+        request = validate_request("r", list(range(10)), params, owner="test")
+        return request_sampling_kwargs(request, max_model_len=32, eos_token_ids=[2, 7], **extra)
+
+    sampled = kwargs(
+        {"temperature": 0.7, "top_k": -1, "top_p": 0.9, "max_tokens": 100, "seed": 5, "stop_token_ids": [9, 2]}
     )
     assert sampled["max_tokens"] == 22  # 32 - 10
     assert (sampled["temperature"], sampled["top_p"], sampled["top_k"], sampled["seed"]) == (0.7, 0.9, 0, 5)
     assert sampled["stop_token_ids"] == [2, 7, 9] and sampled["ignore_eos"] is False
     assert sampled["logprobs"] is None and sampled["detokenize"] is False
-    greedy = request_sampling_kwargs({"temperature": 0, "max_tokens": 4, "seed": 5, "logprobs": True}, **common)
+    greedy = kwargs({"temperature": 0, "max_tokens": 4, "seed": 5, "logprobs": True})
     assert (greedy["temperature"], greedy["seed"], greedy["logprobs"], greedy["max_tokens"]) == (0.0, None, 0, 4)
     # Defaults: temperature 1, top_k off as vLLM's 0.
-    plain = request_sampling_kwargs({"max_tokens": 4}, **common)
+    plain = kwargs({"max_tokens": 4})
     assert (plain["temperature"], plain["top_p"], plain["top_k"]) == (1.0, 1.0, 0)
     # ignore_eos: EOS ids are no stop tokens, the request's own still are.
-    no_eos = request_sampling_kwargs({"max_tokens": 4, "stop_token_ids": [9]}, ignore_eos=True, **common)
+    no_eos = kwargs({"max_tokens": 4, "stop_token_ids": [9]}, ignore_eos=True)
     assert no_eos["stop_token_ids"] == [9] and no_eos["ignore_eos"] is True

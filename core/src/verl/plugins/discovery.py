@@ -24,7 +24,7 @@ ENV_ALLOW_LIST = "VERL_PLUGINS"
 #: The plugin API this verl-core serves: ``(major, minor)``. A plugin declaring
 #: ``VERL_PLUGIN_API = (major, minor)`` is accepted when the majors are equal and its minor is
 #: not newer than core's.
-PLUGIN_API_VERSION: tuple[int, int] = (2, 5)
+PLUGIN_API_VERSION: tuple[int, int] = (2, 6)
 
 #: What a plugin built for an older major must change, by the major that changed it (shown when one is refused).
 API_CHANGES: dict[int, str] = {

@@ -46,6 +46,8 @@ The rules that come with the list:
 * 2.5 (minor: a name added): ``verl.config.serves_lora_adapters``, whether a rollout engine with the
   ``lora_adapters`` capability is to serve the actor's LoRA as an adapter (``model.lora.merge``, placement, device);
   such an engine has ``serves_lora_adapters`` and ``load_lora_adapter(tensors, config)`` (docs/lora.md).
+* 2.6 (minor: names added): ``verl.engines.serving.validate_request``, ``ValidRequest`` and ``RequestError``: the
+  field-by-field check of an async server request that every rollout server calls before generating.
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -166,6 +168,9 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
         "StopReason",
         "SAMPLING_KEYS",
         "check_sampling_params",
+        "validate_request",
+        "ValidRequest",
+        "RequestError",
     ),
     # Conformance kits (test code: needs verl-core[testing]).
     "verl.testing.conformance": ("*",),

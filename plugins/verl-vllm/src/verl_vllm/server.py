@@ -33,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import math
-import operator
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -42,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from verl.engines.reference.sampling import SamplingParams as VerlSampling
-from verl.engines.serving import StopReason, TokenOutput, check_sampling_params
+from verl.engines.serving import StopReason, TokenOutput, ValidRequest, validate_request
 from verl_vllm.translate import sampling_kwargs
 
 if TYPE_CHECKING:
@@ -54,22 +52,9 @@ __all__ = ["VLLMRolloutServer", "request_sampling_kwargs", "token_output"]
 _STOP_REASONS: dict[str, StopReason] = {"stop": "stop", "length": "length", "abort": "aborted"}
 
 
-def _integer(params: Mapping[str, Any], key: str, default: Any, owner: str) -> Any:
-    value = params.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise TypeError(f"{owner}: sampling_params[{key!r}] must be an integer, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{owner}: sampling_params[{key!r}] must be an integer, got {value!r}") from None
-
-
 def request_sampling_kwargs(
-    params: Mapping[str, Any],
+    request: ValidRequest,
     *,
-    prompt_len: int,
     max_model_len: int,
     eos_token_ids: Sequence[int],
     ignore_eos: bool = False,
@@ -78,10 +63,8 @@ def request_sampling_kwargs(
     """Keyword arguments of one ``vllm.SamplingParams`` for one server request.
 
     Args:
-        params: the contract's sampling dict (:mod:`verl.engines.serving`): ``temperature`` (1.0; 0 = greedy),
-            ``top_p`` (1.0), ``top_k`` (-1 = off), ``max_tokens`` (required), ``logprobs`` (False), ``seed``
-            (None), ``stop_token_ids`` (None).
-        prompt_len: tokens in the request's prompt.
+        request: the request as :func:`verl.engines.serving.validate_request` returns it (every field checked:
+            finite temperature >= 0, top_p in (0, 1], integer top_k / seed / stop ids, max_tokens >= 1).
         max_model_len: the engine's context limit.
         eos_token_ids: the model's EOS ids (tokenizer and ``generation_config``), stop tokens unless ``ignore_eos``.
         ignore_eos: ``rollout.ignore_eos``: EOS does not end the request; the request's own stop tokens still do.
@@ -92,22 +75,10 @@ def request_sampling_kwargs(
         = EOS ids then the request's (duplicates dropped).
 
     Raises:
-        ValueError: an unknown key, ``max_tokens < 1``, ``temperature < 0`` or not finite, ``top_p`` outside
-            (0, 1], or a prompt that leaves no room for one new token.
-        TypeError: ``top_k``, ``seed`` or a stop token that is not an integer.
+        ValueError: a prompt that leaves no room for one new token.
     """
-    check_sampling_params(params, owner=owner)
-    temperature = float(params.get("temperature", 1.0))
-    if not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"{owner}: sampling_params['temperature'] must be >= 0 (0 = greedy), got {temperature}")
-    top_p = float(params.get("top_p", 1.0))
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"{owner}: sampling_params['top_p'] must be in (0, 1] (1 = off), got {top_p}")
-    top_k = _integer(params, "top_k", -1, owner)
-    seed = _integer(params, "seed", None, owner)
-    stops = params.get("stop_token_ids") or ()
-    extra_stops = [_integer({"stop_token_ids": t}, "stop_token_ids", None, owner) for t in stops]
-    room = int(max_model_len) - int(prompt_len)
+    prompt_len = len(request.prompt_ids)
+    room = int(max_model_len) - prompt_len
     if room < 1:
         raise ValueError(
             f"{owner}: the prompt has {prompt_len} tokens, which leaves no room in the vLLM engine's max_model_len "
@@ -115,17 +86,17 @@ def request_sampling_kwargs(
             "or raise actor_rollout_ref.rollout.engine_kwargs.vllm.max_model_len"
         )
     sampling = VerlSampling(
-        do_sample=temperature > 0, temperature=temperature, top_p=top_p, top_k=-1 if top_k is None else top_k
+        do_sample=not request.greedy, temperature=request.temperature, top_p=request.top_p, top_k=request.top_k
     )
     kwargs = sampling_kwargs(
         sampling,
-        max_tokens=min(int(params["max_tokens"]), room),
+        max_tokens=min(request.max_tokens, room),
         stop_token_ids=eos_token_ids,
-        logprobs=bool(params.get("logprobs", False)),
-        seed=None if sampling.greedy else seed,
+        logprobs=request.logprobs,
+        seed=None if sampling.greedy else request.seed,
         ignore_eos=ignore_eos,
     )
-    kwargs["stop_token_ids"] = list(dict.fromkeys([*kwargs["stop_token_ids"], *extra_stops]))
+    kwargs["stop_token_ids"] = list(dict.fromkeys([*kwargs["stop_token_ids"], *request.stop_token_ids]))
     return kwargs
 
 
@@ -234,20 +205,24 @@ class VLLMRolloutServer:
             greedy, after top-k/top-p filtering when those are on), and the stop reason.
 
         Raises:
-            ValueError: an empty prompt, an id outside the model's vocabulary, a prompt with no room left, a bad
-                sampling value.
-            TypeError: a non-string ``request_id``, non-integer ids.
+            ValueError: (:class:`verl.engines.serving.RequestError`) a non-string ``request_id``, an empty prompt,
+                non-integer ids or ids outside the model's vocabulary, a bad sampling value (NaN / inf, wrong type,
+                out of range, unknown key); a prompt with no room left.
             RuntimeError: the server was closed, the weights were discarded by ``sleep(level=2)`` and not updated,
                 or the vLLM engine failed while stepping.
         """
         owner = "VLLMRolloutServer.generate"
-        if not isinstance(request_id, str):
-            raise TypeError(f"{owner}: request_id must be a str, got {type(request_id).__name__}")
         engine = self._engine
-        prompt = _prompt_ids(prompt_ids, getattr(engine.hf_config, "vocab_size", None), owner)
-        kwargs = request_sampling_kwargs(
+        request = validate_request(
+            request_id,
+            prompt_ids,
             sampling_params,
-            prompt_len=len(prompt),
+            owner=owner,
+            vocab_size=getattr(engine.hf_config, "vocab_size", None),
+        )
+        prompt = request.prompt_ids
+        kwargs = request_sampling_kwargs(
+            request,
             max_model_len=engine.max_model_len,
             eos_token_ids=engine.eos_token_ids,
             ignore_eos=engine.ignore_eos,
@@ -425,19 +400,3 @@ class VLLMRolloutServer:
             if cause is not None:
                 error.__cause__ = cause
             request.settle(error=error)
-
-
-def _prompt_ids(prompt_ids: Sequence[int], vocab_size: int | None, owner: str) -> list[int]:
-    try:
-        ids = [operator.index(t) for t in prompt_ids]
-    except TypeError:
-        raise TypeError(f"{owner}: prompt_ids must be integer token ids") from None
-    if not ids:
-        raise ValueError(f"{owner}: prompt_ids is empty; a request needs at least one prompt token")
-    low, high = min(ids), max(ids)
-    if low < 0 or (vocab_size is not None and high >= vocab_size):
-        raise ValueError(
-            f"{owner}: prompt_ids holds token id {low if low < 0 else high}, outside the model's vocabulary "
-            f"[0, {vocab_size}); send ids from the model's own tokenizer"
-        )
-    return ids

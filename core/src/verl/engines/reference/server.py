@@ -156,7 +156,9 @@ class HFRolloutServer:
                 the context or is longer than ``max_num_batched_tokens``, an unknown or invalid sampling key.
             StaleWeightsError: the engine slept at level 2 and was not synced since (from the decode thread).
         """
-        request = parse_request(prompt_ids, sampling_params, self.limits, owner=f"{OWNER}(request {request_id!r})")
+        request = parse_request(
+            request_id, prompt_ids, sampling_params, self.limits, owner=f"{OWNER}(request {request_id!r})"
+        )
         loop = asyncio.get_running_loop()
         request.loop, request.future = loop, loop.create_future()
         with self._lock:
