@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import os
 import subprocess
 import sys
@@ -78,6 +77,8 @@ class Probe(Worker):
             "MASTER_ADDR",
             "MASTER_PORT",
             "VERL_TEST_JOB_VAR",
+            "GLOO_SOCKET_IFNAME",
+            "NCCL_SOCKET_IFNAME",
         )
         return {key: os.environ.get(key) for key in keys}, (self.rank, self.world_size, self.get_master_addr_port())
 
@@ -85,11 +86,17 @@ class Probe(Worker):
     def allreduce(self):
         import torch.distributed as dist
 
-        dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=60))
+        from verl.platform.network import join_default_group
+        from verl.testing.sockets import listening_addresses
+
+        before = set(listening_addresses())  # Ray's own servers in this worker process (docs/ray.md)
+        join_default_group("gloo", 60)
         try:
             t = torch.tensor([float(self.rank + 1)])
             dist.all_reduce(t)
-            return t.item(), dist.get_rank(), dist.get_world_size()
+            hosts = sorted({host for host, _ in set(listening_addresses()) - before})
+            dist.barrier()
+            return t.item(), dist.get_rank(), dist.get_world_size(), hosts
         finally:
             dist.destroy_process_group()
 
@@ -259,7 +266,10 @@ def test_workers_see_rank_env_and_master_address(groups):
     assert {env0["WORLD_SIZE"], env1["WORLD_SIZE"], env0["LOCAL_WORLD_SIZE"]} == {"2"}
     assert (env0["LOCAL_RANK"], env1["LOCAL_RANK"]) == ("0", "1")
     assert env0["VERL_TEST_JOB_VAR"] == env1["VERL_TEST_JOB_VAR"] == "on"  # job env merged with the rank env
-    assert env0["MASTER_ADDR"] == env1["MASTER_ADDR"] == wg.master_addr == ray.util.get_node_ip_address()
+    # A group on one node rendezvouses on loopback; on a one-node cluster Gloo's and NCCL's sockets use it too.
+    assert env0["MASTER_ADDR"] == env1["MASTER_ADDR"] == wg.master_addr == "127.0.0.1"
+    assert (env0["GLOO_SOCKET_IFNAME"], env0["NCCL_SOCKET_IFNAME"]) == ("lo", "lo")
+    assert len(wg.node_ids) == 1
     assert env0["MASTER_PORT"] == env1["MASTER_PORT"] == str(wg.master_port)
     assert id0 == (0, 2, (wg.master_addr, wg.master_port)) and id1[:2] == (1, 2)
     assert wg.pid() != os.getpid()  # rank 0 is a separate process
@@ -268,12 +278,15 @@ def test_workers_see_rank_env_and_master_address(groups):
 def test_gloo_process_group_and_all_reduce(groups):
     wg, _ = groups
     # all_reduce(sum) of rank + 1 over ranks 0, 1 = 1 + 2 = 3 on every rank
-    assert wg.execute_all_async("allreduce").get(timeout=120) == [(3.0, 0, 2), (3.0, 1, 2)]
+    # every socket the group opened to listen on (rank 0's store, Gloo's pairs) is on loopback: it is on one node
+    results = wg.execute_all_async("allreduce").get(timeout=120)
+    assert [r[:3] for r in results] == [(3.0, 0, 2), (3.0, 1, 2)]
+    assert [r[3] for r in results] == [["127.0.0.1"], ["127.0.0.1"]]
 
 
 def test_rendezvous_probe_task_on_the_bundle_node_agrees(groups):
     wg, _ = groups
-    addr, port = rendezvous_address(wg.resource_pool.get_placement_groups()[0], force_remote=True)
+    addr, port = rendezvous_address(wg.resource_pool.get_placement_groups(), force_remote=True)
     assert addr == wg.master_addr and isinstance(port, int) and 0 < port < 65536
 
 

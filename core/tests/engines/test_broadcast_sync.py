@@ -267,6 +267,35 @@ def _sender_thread(send):
     return sender, receiver, thread
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads listeners from Linux's /proc")
+def test_the_sync_group_listens_on_loopback_only():
+    """Both ranks on this node (master 127.0.0.1): the group's store and Gloo's sockets bind loopback, never every
+    interface (torch's TCPStore alone would: core/tests/platform/test_network.py), and weights still arrive."""
+    from verl.testing.sockets import listening_addresses
+
+    before = set(listening_addresses())
+    seen: dict = {}
+    weights = {"w": torch.arange(8.0)}
+    received: dict = {}
+
+    class Rollout:
+        def update_weights(self, pairs):
+            received.update((name, t.clone()) for name, t in pairs)
+
+    def send(engine):
+        seen["listeners"] = set(listening_addresses()) - before
+        engine.sync(SimpleNamespace(iter_weights=lambda: iter(weights.items())), None)
+
+    sender, receiver, thread = _sender_thread(send)
+    receiver.sync(None, Rollout())
+    thread.join(timeout=60)
+    sender.close()
+    receiver.close()
+    assert seen["listeners"], "the group opened no listening socket?"
+    assert {host for host, _ in seen["listeners"]} == {"127.0.0.1"}, seen["listeners"]
+    assert torch.equal(received["w"], weights["w"])
+
+
 def test_receiver_error_drains_remaining_buckets_then_raises():
     """Two ranks in threads of this process (a gloo group is per object): the sender must still finish."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import subprocess
 import sys
 from typing import Any
 
@@ -46,10 +45,11 @@ def _ensure_gsm8k_sft(files: list[str]) -> None:
 
 
 def _launch_ranks(cfg: Any, items: list[str]) -> int:
-    """``trainer.n_gpus_per_node`` > 1 without torchrun: run this command as that many ranks of one node (torchrun,
-    as verl's SFT launch); several nodes need torchrun on each. Returns the launcher's exit code."""
+    """``trainer.n_gpus_per_node`` > 1 without torchrun: run this command as that many ranks of one node (torchrun's
+    environment, as verl's SFT launch; the rendezvous on loopback); several nodes need torchrun on each. Returns the
+    first failing rank's exit code."""
     from verl.models.resolve import resolve_model_path
-    from verl.trainer.sft_ranks import torchrun_command
+    from verl.trainer.sft_ranks import launch_ranks
 
     t = cfg.trainer
     if t.nnodes > 1:
@@ -69,9 +69,8 @@ def _launch_ranks(cfg: Any, items: list[str]) -> int:
             print(f"verl sft: config error:\n{exc}", file=sys.stderr)
             return 2
     resolve_model_path(cfg.model.path)  # a GGUF default model is converted once, here, not by every rank
-    cmd = torchrun_command(t.n_gpus_per_node, items)
-    print(f"verl sft: starting {t.n_gpus_per_node} ranks: {' '.join(cmd[1:6])} ...", file=sys.stderr)
-    return subprocess.call(cmd)
+    print(f"verl sft: starting {t.n_gpus_per_node} ranks of verl.trainer.sft_trainer on this node", file=sys.stderr)
+    return launch_ranks(t.n_gpus_per_node, items)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -60,6 +60,8 @@ class WorkerGroup(abc.ABC):
 
     #: The worker class (set by backends that know it; ``None`` for views).
     worker_cls: type | None = None
+    #: Ids of the nodes the workers run on (Ray node ids); empty for an in-process group (the driver's node).
+    node_ids: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         self._method_attrs: dict[str, dict] = {}

@@ -267,7 +267,9 @@ class Platform(abc.ABC):
                 "sync group: this torch build has no NCCL ('nccl'); install a CUDA build of torch"
             )
 
-    def new_sync_group(self, backend: str, store: Any, rank: int, world_size: int, timeout_s: float) -> Any:
+    def new_sync_group(
+        self, backend: str, store: Any, rank: int, world_size: int, timeout_s: float, *, host: str | None = None
+    ) -> Any:
         """Build a standalone collective backend object over ``store``, outside torch.distributed's groups.
 
         Not registered with ``torch.distributed`` (no ``init_process_group``): the weight-sync group joins
@@ -280,6 +282,8 @@ class Platform(abc.ABC):
             rank: this process's rank in ``[0, world_size)``.
             world_size: number of ranks, at least 2.
             timeout_s: rendezvous and collective timeout, seconds.
+            host: the address this rank's own sockets bind (``127.0.0.1`` when every rank is on this node);
+                None = the backend's default (Gloo: the address the host name resolves to). Since plugin API 2.6.
 
         Returns:
             ``ProcessGroupGloo`` / ``ProcessGroupNCCL`` (the vendor's class in an override): an object with
@@ -293,7 +297,12 @@ class Platform(abc.ABC):
         self.check_sync_backend(backend)
         timeout = datetime.timedelta(seconds=timeout_s)
         if backend == "gloo":
-            return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+            if host is None:
+                return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+            options = dist.ProcessGroupGloo._Options()
+            options._timeout = timeout
+            options._devices = [dist.ProcessGroupGloo.create_device(hostname=host)]
+            return dist.ProcessGroupGloo(store, rank, world_size, options)
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
         return dist.ProcessGroupNCCL(store, rank, world_size, options)

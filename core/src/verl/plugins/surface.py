@@ -47,7 +47,11 @@ The rules that come with the list:
   ``lora_adapters`` capability is to serve the actor's LoRA as an adapter (``model.lora.merge``, placement, device);
   such an engine has ``serves_lora_adapters`` and ``load_lora_adapter(tensors, config)`` (docs/lora.md).
 * 2.6 (minor: names added): ``verl.engines.serving.validate_request``, ``ValidRequest`` and ``RequestError``: the
-  field-by-field check of an async server request that every rollout server calls before generating.
+  field-by-field check of an async server request that every rollout server calls before generating;
+  ``verl.platform.network`` (``join_default_group``, ``init_process_group``, ``tcp_store``, ``free_port``, ...):
+  process groups and stores whose sockets listen on loopback unless the group spans nodes; and the keyword
+  ``host`` of :meth:`Platform.new_sync_group` (the address the group's own sockets bind; a platform overriding the
+  method should accept and pass it on: one that does not is still called without it).
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -143,6 +147,7 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     "verl.engines.reference.sampling": ("SamplingParams", "resolve_sampling_params"),
     # Weight sync: tensor-parallel layouts and resharding (hybrid engine), sync-group helpers.
     "verl.engines.weight_sync.group": ("free_port",),
+    "verl.platform.network": ("*",),
     "verl.engines.weight_sync.layout": ("TP_KEY", "TensorParallelLayout", "divisors", "local_shape"),
     "verl.engines.weight_sync.reshard": ("dedupe_tied", "reshard_weights"),
     # 2.3: checks on an update for an engine that loads its own checkpoint copy (vLLM, SGLang, TensorRT-LLM).

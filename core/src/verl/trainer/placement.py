@@ -64,8 +64,11 @@ def build_worker_groups(cfg: Any, platform: Any) -> tuple[Any, Any]:
 
 
 def init_weight_sync_group(actor_wg: Any, rollout_wg: Any) -> None:
-    """Join the actor pool's rank 0 and every rollout worker in one broadcast group (both pools at once)."""
-    addr, port = actor_wg.weight_sync_address()
+    """Join the actor pool's rank 0 and every rollout worker in one broadcast group (both pools at once).
+
+    The group listens on loopback when both pools run on one node, on the sender's node address otherwise."""
+    spans_nodes = len(actor_wg.node_ids | rollout_wg.node_ids) > 1
+    addr, port = actor_wg.weight_sync_address(spans_nodes)
     world = rollout_wg.world_size
     # Both pools must join at once (the rendezvous blocks), hence the non-blocking calls.
     for future in [g.init_weight_sync(addr, port, world) for g in (actor_wg, rollout_wg)]:

@@ -2,8 +2,9 @@
 
 verl launches its SFT trainer with torchrun (``torchrun --nproc_per_node=N -m verl.trainer.sft_trainer ...``): every
 rank runs the same loop, reads the same rows, trains its share of each step and writes its shard of each
-checkpoint. ``verl sft`` with ``trainer.n_gpus_per_node=N > 1`` starts those N ranks itself
-(:func:`torchrun_command`). One process (no ``WORLD_SIZE``) needs no process group at all.
+checkpoint. ``verl sft`` with ``trainer.n_gpus_per_node=N > 1`` starts those N ranks itself (:func:`launch_ranks`:
+torchrun's environment, torch's process supervisor, a rendezvous store on loopback). One process (no
+``WORLD_SIZE``) needs no process group at all.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def torchrun_world(nnodes: int, n_gpus_per_node: int, environ: Any = None) -> SF
 
     Raises:
         ConfigError: the keys disagree with torchrun's world, or ask for several processes without torchrun (``verl
-            sft`` starts a one-node world itself; :func:`torchrun_command`).
+            sft`` starts a one-node world itself; :func:`launch_ranks`).
     """
     env = os.environ if environ is None else environ
     wanted = nnodes * n_gpus_per_node
@@ -72,20 +73,57 @@ def torchrun_world(nnodes: int, n_gpus_per_node: int, environ: Any = None) -> SF
     return world
 
 
-def torchrun_command(n_procs: int, argv: Sequence[str]) -> list[str]:
-    """The command that runs ``verl sft argv`` as ``n_procs`` ranks on this node: torch's own launcher
-    (``python -m torch.distributed.run --standalone``, i.e. torchrun) on ``-m verl.trainer.sft_trainer``."""
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nnodes=1",
-        f"--nproc_per_node={n_procs}",
-        "-m",
-        "verl.trainer.sft_trainer",
-        *argv,
-    ]
+def rank_environments(n_procs: int, master_port: int) -> dict[int, dict[str, str]]:
+    """The environment of each of ``n_procs`` ranks on this node, as torchrun would give them, with the rendezvous on
+    loopback: ``RANK`` / ``LOCAL_RANK``, ``WORLD_SIZE`` / ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` 0, ``MASTER_ADDR``
+    127.0.0.1, ``MASTER_PORT`` (rank 0 hosts the store there, listening on loopback only), and Gloo's / NCCL's
+    interface pinned to loopback unless set already."""
+    from verl.platform.network import LOOPBACK_HOST, loopback_collective_env
+
+    shared = {
+        **loopback_collective_env(nccl=True),
+        "WORLD_SIZE": str(n_procs),
+        "LOCAL_WORLD_SIZE": str(n_procs),
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": LOOPBACK_HOST,
+        "MASTER_PORT": str(master_port),
+    }
+    return {rank: {**shared, "RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(n_procs)}
+
+
+def launch_ranks(n_procs: int, argv: Sequence[str]) -> int:
+    """Run ``verl sft argv`` as ``n_procs`` ranks of ``python -m verl.trainer.sft_trainer`` on this node; return the
+    first failing rank's exit code (0 when every rank succeeded).
+
+    torch's own process supervisor (``torch.distributed.elastic.multiprocessing.start_processes``, what torchrun runs
+    its ranks with) starts, watches and stops the ranks: when one fails the others are stopped. Not torchrun itself:
+    torchrun's agent serves its rendezvous store from torch's ``TCPStore``, which listens on every interface; here
+    rank 0 hosts the store on 127.0.0.1 (:func:`verl.platform.network.join_default_group`).
+    """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
+
+    from verl.platform.network import free_port
+
+    context = start_processes(
+        name="verl_sft",
+        entrypoint=sys.executable,
+        args={rank: ("-m", "verl.trainer.sft_trainer", *argv) for rank in range(n_procs)},
+        envs=rank_environments(n_procs, free_port()),
+        logs_specs=DefaultLogsSpecs(),  # output goes straight to this terminal
+    )
+    try:
+        result = context.wait()
+    except KeyboardInterrupt:  # the ranks got the same Ctrl-C (one process group); stop what is left
+        context.close()
+        return 130
+    if result is None:  # still running: wait() only returns early on failure or completion
+        context.close()
+        return 1
+    if result.is_failed():
+        context.close()
+        first = min(result.failures.values(), key=lambda failure: failure.timestamp)
+        return int(first.exitcode) if first.exitcode else 1
+    return 0
 
 
 def join_process_group(world: SFTWorld, platform: Any) -> None:
@@ -93,11 +131,14 @@ def join_process_group(world: SFTWorld, platform: Any) -> None:
     device; a one-process run joins nothing."""
     import torch.distributed as dist
 
+    from verl.platform.network import join_default_group
+
     if platform.name != "cpu" and platform.device_count() > 0:
         platform.set_device(world.local_rank % platform.device_count())
     if world.world_size == 1 or dist.is_initialized():
         return
-    dist.init_process_group(backend=platform.dist_backend, rank=world.rank, world_size=world.world_size)
+    # torchrun's agent serves the store; on one node Gloo's and NCCL's own sockets are pinned to loopback.
+    join_default_group(platform.dist_backend, owner="verl sft")
 
 
 def all_reduce_sum(values: Sequence[float], device: Any, world: SFTWorld) -> list[float]:

@@ -13,7 +13,6 @@ Follows ``verl/workers/engine_workers.py:ActorRolloutRefWorker`` (roles ``actor`
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 from pathlib import Path
@@ -186,12 +185,16 @@ class ActorRolloutRefWorker(Worker):
                 f"rank {self.rank} of {self.world_size}: no MASTER_ADDR/MASTER_PORT to join torch.distributed; "
                 "run world size > 1 under trainer.controller=ray (or torchrun), not in-process"
             )
-        dist.init_process_group(
-            backend=platform.dist_backend,
-            init_method=f"tcp://{addr}:{port}",
-            rank=self.rank,
-            world_size=self.world_size,
-            timeout=datetime.timedelta(seconds=int(self.config.actor_rollout_ref.nccl_timeout)),
+        from verl.platform.network import init_process_group
+
+        # Rank 0's store listens on MASTER_ADDR only: loopback for a group on one node (issue #36).
+        init_process_group(
+            platform.dist_backend,
+            addr,
+            int(port),
+            self.rank,
+            self.world_size,
+            timeout_s=int(self.config.actor_rollout_ref.nccl_timeout),
         )
 
     # ------------------------------------------------------------------ rollout
@@ -302,19 +305,26 @@ class ActorRolloutRefWorker(Worker):
     # ------------------------------------------------------------------ standalone weight sync
 
     @register(dispatch_mode=Dispatch.RANK_ZERO)
-    def weight_sync_address(self) -> tuple[str, int]:
-        """``(ip, free port)`` on this rank's node: where the trainer's sender hosts the sync group."""
+    def weight_sync_address(self, spans_nodes: bool = False) -> tuple[str, int]:
+        """``(address, free port)`` where the trainer's sender hosts the sync group on this rank's node.
+
+        ``127.0.0.1`` when the trainer and rollout pools share this node (``spans_nodes`` False), else this node's
+        outward address (:func:`verl.platform.network.listen_host`); the sync group's store and sockets bind it.
+        """
         import socket
 
-        from verl.engines.weight_sync import free_port
+        from verl.platform.network import free_port, listen_host
 
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-                probe.connect(("8.8.8.8", 80))  # no packet is sent; picks the outward interface
-                ip = probe.getsockname()[0]
-        except OSError:
-            ip = "127.0.0.1"
-        return ip, free_port("0.0.0.0")
+        ip = "127.0.0.1"
+        if spans_nodes:
+            try:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                    probe.connect(("8.8.8.8", 80))  # no packet is sent; picks the outward interface
+                    ip = probe.getsockname()[0]
+            except OSError:
+                ip = "127.0.0.1"
+        host = listen_host(spans_nodes, ip)
+        return host, free_port(host)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def init_weight_sync(self, master_addr: str, master_port: int, rollout_world_size: int) -> None:

@@ -173,28 +173,13 @@ def place() -> Place:
 
 
 def ensure_process_group(backend: str) -> None:
-    """Join the default process group: from ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` when set
-    (torchrun, the Ray worker group), else a 1-rank group on a free local port (one plain process).
+    """Join the default process group (:func:`verl.platform.network.join_default_group`): from
+    ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` when set (torchrun, the Ray worker group), rank 0's
+    store listening on that address only, else a 1-rank group on loopback (one plain process).
 
     Raises:
         RuntimeError: only some of the rendezvous variables are set.
     """
-    import os
+    from verl.platform.network import join_default_group
 
-    import torch.distributed as dist
-
-    from verl.engines.weight_sync.group import free_port
-
-    if dist.is_initialized():
-        return
-    keys = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    present = [k for k in keys if os.environ.get(k)]
-    if present and len(present) < len(keys):
-        raise RuntimeError(
-            f"torch.distributed rendezvous is half configured: {present} set, {[k for k in keys if k not in present]} "
-            "missing; set all of RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (or none for a single process)"
-        )
-    if present:
-        dist.init_process_group(backend=backend, init_method="env://")
-    else:
-        dist.init_process_group(backend=backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    join_default_group(backend, owner="verl-megatron")

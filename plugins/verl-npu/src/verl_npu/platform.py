@@ -121,12 +121,14 @@ class NPUPlatform(Platform):
             return
         super().check_sync_backend(backend)
 
-    def new_sync_group(self, backend: str, store: Any, rank: int, world_size: int, timeout_s: float) -> Any:
+    def new_sync_group(
+        self, backend: str, store: Any, rank: int, world_size: int, timeout_s: float, *, host: str | None = None
+    ) -> Any:
         """``ProcessGroupHCCL(store, rank, world_size, options)`` for ``hccl`` (options carry the timeout;
         HCCL connects on the first collective); ``gloo`` as the default. See
         :meth:`verl.platform.Platform.new_sync_group`."""
         if backend != "hccl":
-            return super().new_sync_group(backend, store, rank, world_size, timeout_s)
+            return super().new_sync_group(backend, store, rank, world_size, timeout_s, host=host)
         cls = _process_group_hccl()
         options = cls.Options()
         options._timeout = datetime.timedelta(seconds=timeout_s)

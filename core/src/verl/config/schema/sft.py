@@ -112,7 +112,7 @@ class SFTTrainerConfig:
     device: str = fld("cpu", doc="torch device type: cpu|cuda")
     nnodes: int = fld(1, doc="nodes of a torchrun launch (verl sft launches one node itself; more: torchrun)")
     n_gpus_per_node: int = fld(
-        1, doc="processes per node: verl sft starts them itself (torch.distributed.run); under torchrun 1 or its own"
+        1, doc="processes per node: verl sft starts them itself (rendezvous on loopback); under torchrun 1 or its own"
     )
 
 

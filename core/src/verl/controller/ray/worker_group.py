@@ -4,7 +4,8 @@ Each actor is the user's worker class under ``ray.remote``, placed in its bundle
 group (rank 0 first) with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` in its runtime environment, so :class:`~verl.controller.Worker` reads its identity in
 ``__new__`` and ``torch.distributed.init_process_group(backend, init_method="env://")`` works in the
-workers. ``MASTER_ADDR`` / ``MASTER_PORT`` are rank 0's node IP and a port free there, probed before
+workers. ``MASTER_ADDR`` / ``MASTER_PORT`` are ``127.0.0.1`` (a group on one node) or rank 0's node IP (a group
+spanning nodes) and a port free there, probed before
 rank 0 starts (on the driver when rank 0 shares its node, else by a zero-resource task pinned to it).
 
 The worker class travels to the actors with cloudpickle: by reference when its module is importable on
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import socket
 import time
 import uuid
 from collections.abc import Sequence
@@ -34,6 +34,7 @@ from verl.controller.ray.resource_pool import RayResourcePool
 from verl.controller.worker import WorkerMeta
 from verl.controller.worker_group import ClassWithInitArgs, WorkerGroup
 from verl.platform.base import Platform
+from verl.platform.network import free_port, listen_host, loopback_collective_env
 
 #: After one rank failed, how long the other ranks get to finish so that every failing rank is reported
 #: (a rank blocked in a collective with the failed one would otherwise never return).
@@ -55,27 +56,41 @@ class _RayCall:
     method_name: str
 
 
-def node_ip_and_free_port() -> tuple[str, int]:
-    """This node's IP as Ray sees it and a TCP port that is free on it right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        port = sock.getsockname()[1]
-    return ray.util.get_node_ip_address(), port
+def node_ip_and_free_port(spans_nodes: bool = True) -> tuple[str, int]:
+    """Where a group's rank 0 hosts its rendezvous store on this node: ``(address, port free there now)``.
 
-
-def rendezvous_address(pg: PlacementGroup, bundle_index: int = 0, *, force_remote: bool = False) -> tuple[str, int]:
-    """``(MASTER_ADDR, MASTER_PORT)`` for a group whose rank 0 sits in ``pg``'s bundle ``bundle_index``.
-
-    Probed on the driver when that bundle is on the driver's node (unless ``force_remote``), otherwise
-    by a zero-resource task pinned to the bundle's node. The port is free when probed; like torchrun's,
-    it could be taken by another process before rank 0 binds it.
+    The address is this node's IP as Ray sees it when the group spans nodes, else ``127.0.0.1``
+    (:func:`verl.platform.network.listen_host`): a group on one node listens on loopback only.
     """
-    node_id = placement_group_table(pg)["bundles_to_node_id"][bundle_index]
+    host = listen_host(spans_nodes, ray.util.get_node_ip_address())
+    return host, free_port(host)
+
+
+def placement_nodes(pgs: Sequence[PlacementGroup]) -> frozenset[str]:
+    """Ray node ids that hold a bundle of any of ``pgs``."""
+    return frozenset(node for pg in pgs for node in placement_group_table(pg)["bundles_to_node_id"].values())
+
+
+def rendezvous_address(pgs: Sequence[PlacementGroup], *, force_remote: bool = False) -> tuple[str, int]:
+    """``(MASTER_ADDR, MASTER_PORT)`` for a group whose rank 0 sits in bundle 0 of ``pgs[0]``.
+
+    ``127.0.0.1`` when all of ``pgs``' bundles are on one node, else that node's IP; the port is probed on
+    the driver when that bundle is on the driver's node (unless ``force_remote``), otherwise by a zero-resource
+    task pinned to the bundle's node. The port is free when probed; like torchrun's, it could be taken by another
+    process before rank 0 binds it.
+    """
+    spans_nodes = len(placement_nodes(pgs)) > 1
+    node_id = placement_group_table(pgs[0])["bundles_to_node_id"][0]
     if not force_remote and node_id == ray.get_runtime_context().get_node_id():
-        return node_ip_and_free_port()
+        return node_ip_and_free_port(spans_nodes)
     probe = ray.remote(num_cpus=0)(node_ip_and_free_port)
     strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-    return ray.get(probe.options(scheduling_strategy=strategy).remote(), timeout=120)
+    return ray.get(probe.options(scheduling_strategy=strategy).remote(spans_nodes), timeout=120)
+
+
+def one_node_cluster() -> bool:
+    """Whether the Ray cluster has exactly one live node (then no group of the run can leave it)."""
+    return sum(1 for node in ray.nodes() if node.get("Alive")) == 1
 
 
 class RayWorkerGroup(WorkerGroup):
@@ -141,7 +156,10 @@ class RayWorkerGroup(WorkerGroup):
         pgs = resource_pool._acquire()
         self._actors = []
         try:
-            self.master_addr, self.master_port = rendezvous_address(pgs[0])
+            self.master_addr, self.master_port = rendezvous_address(pgs)
+            self.node_ids = placement_nodes(pgs)
+            # On a one-node cluster every group stays on the node: Gloo's and NCCL's own sockets use loopback.
+            network_env = loopback_collective_env(nccl=True) if one_node_cluster() else {}
             remote_cls = ray.remote(self.worker_cls)
             for rank, (node, bundle_index, local_rank, local_world_size) in enumerate(resource_pool.layout()):
                 meta = WorkerMeta(
@@ -155,7 +173,7 @@ class RayWorkerGroup(WorkerGroup):
                 options = dict(
                     resource_pool.actor_options(),
                     scheduling_strategy=PlacementGroupSchedulingStrategy(pgs[node], bundle_index),
-                    runtime_env={"env_vars": meta.to_env()},
+                    runtime_env={"env_vars": {**network_env, **meta.to_env()}},
                     name=f"{self.name_prefix}_{self.worker_cls.__name__}_{rank}",
                 )
                 actor = remote_cls.options(**options).remote(*cls_with_init.args, **cls_with_init.kwargs)

@@ -189,7 +189,9 @@ class BroadcastCheckpointEngine:
             self.device = torch.device("cpu") if backend == "gloo" else self.platform.torch_device()
         if rank is not None:
             self._store = make_store(master_addr, master_port, rank, world_size, timeout)
-            self._backend = make_backend(backend, self._store, rank, world_size, timeout, platform=self.platform)
+            self._backend = make_backend(
+                backend, self._store, rank, world_size, timeout, platform=self.platform, master_addr=master_addr
+            )
         self.rank, self.world_size, self._joined, self._broken = rank, world_size, True, False
 
     def close(self) -> None:
