@@ -229,12 +229,13 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         legacy = legacy_files(folder)
         if legacy:
-            names = ", ".join(p.relative_to(folder).as_posix() for p in legacy)
+            others = [p.relative_to(folder).as_posix() for p in legacy[1:]]
+            also = f" (as are {', '.join(others)})" if others else ""
             raise LegacyCheckpointError(
-                folder,
-                f"was written in the old pickle format ({names}) and has no {MANIFEST_FILE}; it is not loaded, "
-                "because unpickling a file can run any code written into it. If you trust this checkpoint (your own "
-                f"run wrote it), convert it with `verl checkpoint convert {folder} --trust-pickle` and resume again",
+                legacy[0],
+                f"is in the old pickle format{also} and {folder} has no {MANIFEST_FILE}; it is not loaded, because "
+                "unpickling a file can run any code written into it. If you trust this checkpoint (your own run wrote "
+                f"it), convert it with `verl checkpoint convert {folder} --trust-pickle` and resume again",
             )
         raise CheckpointVerifyError(
             path, f"is missing: {folder} is not a complete verl checkpoint (or was written by other software)", folder
