@@ -44,6 +44,7 @@ from verl.trainer.checkpoint import (
     first_step_after_resume,
     load_part,
     parse_global_step,
+    write_manifest,
 )
 
 
@@ -400,6 +401,7 @@ def test_k17_step_counter_after_resume(tmp_path: Path) -> None:
     assert first_step_after_resume(100, sync_interval=4) == 401  # (b)
     nested = tmp_path / "global_step_900" / "archive" / "global_step_12"
     nested.mkdir(parents=True)
+    write_manifest(nested, step=12)  # resume verifies the folder: an empty checkpoint with its manifest
     assert parse_global_step(nested) == 12  # (c)
     assert CheckpointManager(tmp_path / "run").resolve_resume("resume_path", str(nested)) == (12, nested)
     with pytest.raises(CheckpointResumeError):
