@@ -57,7 +57,6 @@ def test_manifest_lists_every_file_with_size_and_sha256(tmp_path):
 def test_verification_names_the_damaged_file(tmp_path, damage, match):
     folder = _folder(tmp_path)
     write_manifest(folder, step=3)
-    verify_checkpoint(folder)  # cached as verified: the damage below must still be found
     damage(folder)
     with pytest.raises(CheckpointVerifyError, match=match) as info:
         verify_checkpoint(folder)
@@ -166,3 +165,21 @@ def test_guard_counts_applied_and_skipped_updates():
     guard.observe({"actor/skipped_steps": [1.0], "actor/grad_norm": [float("nan"), 0.5]}, 2)
     guard.observe({"actor/skipped_steps": [3.0], "actor/grad_norm": [float("inf"), float("nan")]}, 3)
     assert (guard.updates_applied, guard.updates_skipped) == (3, 3)
+
+
+def test_checkpoint_errors_cross_process_boundaries_intact():
+    """Workers on Ray raise them: a pickle round trip keeps the type and the message (path, names, reason)."""
+    import pickle
+
+    from verl.engines.safe_files import CheckpointFileError, NonFiniteCheckpointError
+
+    errors = [
+        CheckpointFileError("/r/global_step_1/data.json", "is not valid JSON"),
+        LegacyCheckpointError("/r/global_step_1/data.pt"),
+        NonFiniteCheckpointError("/r/global_step_1/actor", ["w", "b"], "optimizer state"),
+        CheckpointVerifyError("/r/global_step_1/data.json", "is missing", "/r/global_step_1"),
+        CheckpointUnusableError("/r", [(Path("/r/global_step_1"), "damaged")]),
+    ]
+    for error in errors:
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error)

@@ -54,9 +54,9 @@ MANIFEST_FORMAT = "verl-checkpoint-manifest/1"
 LEGACY_TOP_FILES = ("data.pt", "trainer_state.pt")
 _HASH_THREADS = 4  # hashlib releases the GIL on large buffers: files hash in parallel
 
-# verified folders of this process: {folder: (stat signature, manifest)}; a second resolve (the CLI's, then the
-# trainer's) of an unchanged folder is free
-_VERIFIED: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+# verified folders of this process: {folder: (stat signature, manifest or the hash mismatch found)}; a second resolve
+# (the CLI's, then the trainer's) of an unchanged folder is free
+_VERIFIED: dict[str, tuple[tuple[Any, ...], dict[str, Any] | CheckpointFileError]] = {}
 
 
 class CheckpointVerifyError(CheckpointFileError):
@@ -268,7 +268,8 @@ def _signature(folder: Path, manifest: dict[str, Any]) -> tuple[Any, ...]:
 def verify_checkpoint(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """Check every file the manifest of ``folder`` lists: present, its size, then its sha256.
 
-    A folder verified before in this process whose files' size, mtime and inode are unchanged is not hashed again.
+    A folder verified (or found corrupt) before in this process whose files' size, mtime and inode are unchanged is
+    not hashed again.
     Files the manifest does not list are logged and ignored (no loader reads them).
 
     Returns:
@@ -284,6 +285,8 @@ def verify_checkpoint(folder: str | os.PathLike[str]) -> dict[str, Any]:
     signature = _signature(folder, manifest)
     cached = _VERIFIED.get(os.fspath(folder))
     if signature and cached is not None and cached[0] == signature:
+        if isinstance(cached[1], CheckpointFileError):
+            raise CheckpointVerifyError(cached[1].path, cached[1].reason, folder)
         return cached[1]
     files: dict[str, dict[str, Any]] = manifest["files"]
     for rel, entry in sorted(files.items()):  # sizes first: a cut-short copy is found without hashing
@@ -297,9 +300,11 @@ def verify_checkpoint(folder: str | os.PathLike[str]) -> dict[str, Any]:
     digests = _hash_all(folder, sorted(files))
     for rel, digest in digests.items():
         if digest != files[rel]["sha256"]:
-            raise CheckpointVerifyError(
+            error = CheckpointVerifyError(
                 folder / rel, f"is corrupt: its sha256 {digest[:16]}... differs from {MANIFEST_FILE}'s", folder
             )
+            _VERIFIED[os.fspath(folder)] = (signature, error)
+            raise error
     extra = sorted(set(_files(folder)) - set(files))
     if extra:
         logger.warning("%s: files not in %s are ignored: %s", folder, MANIFEST_FILE, ", ".join(extra[:10]))

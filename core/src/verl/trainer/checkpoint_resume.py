@@ -23,6 +23,13 @@ __all__ = [
 logger = logging.getLogger("verl.trainer.checkpoint")
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
+_SAID: set[str] = set()  # warnings given already: the CLI, then the trainer, resolve the same checkpoints
+
+
+def _warn_once(message: str) -> None:
+    if message not in _SAID:
+        _SAID.add(message)
+        logger.warning("%s", message)
 
 
 class CheckpointResumeError(CheckpointError, ValueError):
@@ -92,21 +99,18 @@ def newest_verified(root: str | os.PathLike[str], candidates: list[tuple[int, Pa
         except CheckpointFileError as exc:
             problems.append((path, str(exc)))
             errors.append(exc)
-            logger.warning("not resuming from %s: %s", path, exc)
+            _warn_once(f"not resuming from {path}: {exc}")
             continue
         health = CheckpointHealth.from_json(manifest.get("health"))
         if health is not None and health.weights_finite is False:
             reason = f"it was saved with {health.describe()}"
             problems.append((path, reason))
-            logger.warning("not resuming from %s: %s", path, reason)
+            _warn_once(f"not resuming from {path}: {reason}")
             continue
         if problems:
-            logger.warning(
-                "resuming from %s, the newest checkpoint that verifies; skipped %s",
-                path,
-                "; ".join(f"{folder.name} ({reason})" for folder, reason in problems),
-            )
+            skipped = "; ".join(f"{folder.name} ({reason})" for folder, reason in problems)
+            _warn_once(f"resuming from {path}, the newest checkpoint that verifies; skipped {skipped}")
         if health is not None and not health.healthy:
-            logger.warning("resuming from %s although %s", path, health.describe())
+            _warn_once(f"resuming from {path} although {health.describe()}")
         return step, path
     raise CheckpointUnusableError(root, problems) from (errors[0] if errors else None)
