@@ -193,7 +193,7 @@ def _same_rng(path: Path, before: Any, after: Any) -> None:
 
 def _same_state(path: Path, before: dict[str, Any], after: dict[str, Any]) -> None:
     model_a, model_b = before["model"], after["model"]
-    if set(model_a) != set(model_b) or any(not torch.equal(model_a[k], model_b[k]) for k in model_a):
+    if set(model_a) != set(model_b) or any(not _same_tensor(model_a[k], model_b[k]) for k in model_a):
         raise ConvertError(f"the model tensors of {path} do not read back unchanged")
     for key in ("global_step", "skipped_steps"):
         if int(before.get(key, 0)) != after[key]:
@@ -202,9 +202,16 @@ def _same_state(path: Path, before: dict[str, Any], after: dict[str, Any]) -> No
         raise ConvertError(f"the optimizer state of {path} does not read back unchanged")
 
 
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit (a NaN read back as the same NaN is equal, unlike ``torch.equal``)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.detach().cpu().reshape(-1).view(torch.uint8), b.detach().cpu().reshape(-1).view(torch.uint8))
+
+
 def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+        return isinstance(b, torch.Tensor) and _same_tensor(a, b)
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
