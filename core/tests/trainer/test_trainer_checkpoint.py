@@ -75,7 +75,9 @@ def test_save_writes_verl_layout_and_tracker_last(tmp_path: Path) -> None:
 
 def test_load_part_missing_lists_present_parts(tmp_path: Path) -> None:
     out = CheckpointManager(tmp_path).save(1, parts_for(1))
-    with pytest.raises(CheckpointNotFoundError, match=r"no part 'critic'.*present: \['actor', 'data.json', 'manifest.json'"):
+    with pytest.raises(
+        CheckpointNotFoundError, match=r"no part 'critic'.*present: \['actor', 'data.json', 'manifest.json'"
+    ):
         load_part(out, "critic")
 
 
