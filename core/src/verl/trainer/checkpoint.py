@@ -138,9 +138,10 @@ class CheckpointManager:
 
     Args:
         default_local_dir: the run's checkpoint folder (verl ``trainer.default_local_dir``); created if missing.
-        max_ckpt_to_keep: keep at most this many complete checkpoints (verl ``trainer.max_actor_ckpt_to_keep``);
-            ``None`` or ``0`` keeps all. Checkpoints already on disk count (K18b: a resumed run rotates out the
-            checkpoint it resumed from once a newer one is safely saved).
+        max_ckpt_to_keep: keep this many newest complete checkpoints (verl ``trainer.max_actor_ckpt_to_keep``),
+            plus the newest healthy one (:attr:`CheckpointHealth.healthy`) when none of them is; ``None`` or ``0``
+            keeps all. Checkpoints already on disk count (K18b: a resumed run rotates out the checkpoint it resumed
+            from once a newer one is safely saved); their health is read from their manifests.
         part_limits: ``{part name: N}``: keep that part (e.g. ``"critic"``, verl ``trainer.max_critic_ckpt_to_keep``)
             only in the newest ``N`` kept checkpoints, deleting it from older ones after each save, as verl's
             per-role checkpoint managers do; ``None``/``0`` keeps it wherever its checkpoint is kept. A
