@@ -97,6 +97,7 @@ def test_saving_the_same_step_again_replaces_it(tmp_path: Path) -> None:
         (1, {}, ValueError, "non-empty mapping"),
         (1, {"../escape": 1}, ValueError, "relative path"),
         (1, {"/abs": 1}, ValueError, "relative path"),
+        (1, {"manifest.json": {}}, ValueError, "writes manifest.json itself"),
         (1, {"actor": torch.nn.Linear(1, 1)}, TypeError, r"state_dict\(\)"),
     ],
 )

@@ -466,6 +466,8 @@ def _check_part(name: Any, part: Any) -> None:
     rel = Path(name)
     if rel.is_absolute() or any(p in ("..", ".") for p in rel.parts) or "\\" in name:
         raise ValueError(f"checkpoint part name {name!r} must be a relative path inside the step folder, like 'actor'")
+    if rel.parts[0] == MANIFEST_FILE:
+        raise ValueError(f"checkpoint part name {name!r} is taken: the manager writes {MANIFEST_FILE} itself")
     if isinstance(part, torch.nn.Module):
         raise TypeError(f"checkpoint part {name!r} is an nn.Module; pass module.state_dict() or a writer function")
 
