@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from verl.cli.main import main as verl_main
+from verl.engines.reference.checkpoint_files import load_engine_state
 from verl.testing.workspace import make_gsm8k_workspace, run_metrics
 
 LORA = ("actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=8")
@@ -69,7 +70,7 @@ def test_reference_is_the_base_model_and_the_checkpoint_is_the_adapter(workspace
     assert rows[0]["actor/kl_loss"] == 0.0
     assert rows[1]["actor/kl_loss"] > 0.0
     actor = lora_run / "ckpt" / "global_step_2" / "actor"
-    state = torch.load(actor / "model_world_size_1_rank_0.pt", weights_only=False)
+    state = load_engine_state(actor, 1, 0)
     assert state["lora"] and state["model"] and all(".lora_A." in k or ".lora_B." in k for k in state["model"])
     info = json.loads((actor / "checkpoint.json").read_text())
     assert info["lora"] == {"adapter": "lora_adapter", "base_model": str(workspace["model"])}

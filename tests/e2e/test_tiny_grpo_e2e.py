@@ -251,7 +251,7 @@ def test_gae_trains_a_critic_with_warmup_metrics_and_checkpoints(gae_run):
     # The values the critic predicts change from step to step (it is trained).
     assert len({r["critic/values/mean"] for r in steps}) == 3
     for step in (1, 2, 3):
-        assert (gae_run / "ckpt" / f"global_step_{step}" / "critic" / "model_world_size_1_rank_0.pt").is_file()
+        assert (gae_run / "ckpt" / f"global_step_{step}" / "critic" / "model_world_size_1_rank_0.safetensors").is_file()
 
 
 def test_gae_resume_restores_the_critic_and_reproduces_step_3(workspace, gae_run):

@@ -44,6 +44,7 @@ from verl.trainer.checkpoint import (
     first_step_after_resume,
     load_part,
     parse_global_step,
+    write_manifest,
 )
 
 
@@ -400,6 +401,7 @@ def test_k17_step_counter_after_resume(tmp_path: Path) -> None:
     assert first_step_after_resume(100, sync_interval=4) == 401  # (b)
     nested = tmp_path / "global_step_900" / "archive" / "global_step_12"
     nested.mkdir(parents=True)
+    write_manifest(nested, step=12)  # resume verifies the folder: an empty checkpoint with its manifest
     assert parse_global_step(nested) == 12  # (c)
     assert CheckpointManager(tmp_path / "run").resolve_resume("resume_path", str(nested)) == (12, nested)
     with pytest.raises(CheckpointResumeError):
@@ -408,7 +410,7 @@ def test_k17_step_counter_after_resume(tmp_path: Path) -> None:
 
 def test_k18_rotation_never_deletes_before_the_new_save_is_safe(tmp_path: Path) -> None:
     """K18 [CKPT] Rotation never deletes before the new save is safe -- (a) failed save, (b) resumed rotation."""
-    CheckpointManager(tmp_path, max_ckpt_to_keep=1).save(10, {"trainer_state.pt": {"global_steps": 10}})
+    CheckpointManager(tmp_path, max_ckpt_to_keep=1).save(10, {"trainer_state.json": {"global_steps": 10}})
 
     def failing_writer(path: Path) -> None:
         path.mkdir()
@@ -419,16 +421,16 @@ def test_k18_rotation_never_deletes_before_the_new_save_is_safe(tmp_path: Path) 
         CheckpointManager(tmp_path, max_ckpt_to_keep=1).save(20, {"actor": failing_writer})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_10", TRACKER_FILE]  # (a)
     assert (tmp_path / TRACKER_FILE).read_text().strip() == "10"
-    assert load_part(tmp_path / "global_step_10", "trainer_state.pt") == {"global_steps": 10}
+    assert load_part(tmp_path / "global_step_10", "trainer_state.json") == {"global_steps": 10}
 
     fresh = CheckpointManager(tmp_path, max_ckpt_to_keep=1)  # (b) a new process resumes from 10, saves 20
     assert fresh.resolve_resume("auto") == (10, tmp_path / "global_step_10")
-    fresh.save(20, {"trainer_state.pt": {"global_steps": 20}})
+    fresh.save(20, {"trainer_state.json": {"global_steps": 20}})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_20", TRACKER_FILE]
     assert (tmp_path / TRACKER_FILE).read_text().strip() == "20"
     keep_all = CheckpointManager(tmp_path / "all", max_ckpt_to_keep=None)
     for step in (1, 2):
-        keep_all.save(step, {"trainer_state.pt": {}})
+        keep_all.save(step, {"trainer_state.json": {}})
     assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["global_step_1", "global_step_2", TRACKER_FILE]
 
 

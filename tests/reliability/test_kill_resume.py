@@ -174,7 +174,7 @@ def test_sigkill_then_resume_equals_uninterrupted_run(case, killed, workspace, f
     scratch = [name for name in crash["listing"] if ".tmp-" in name]
     assert [n for n in crash["listing"] if n.startswith("global_step_") and ".tmp-" not in n] == complete
     if stage == "checkpoint_write":
-        # Killed mid-write: a temp folder holds the first part only (no data.pt / trainer_state.pt yet).
+        # Killed mid-write: a temp folder holds the first part only (no data.json / trainer_state.json yet).
         assert len(scratch) == 1 and scratch[0].startswith(f"global_step_{step}.tmp-")
         assert _listing(crash["run_dir"] / "ckpt" / scratch[0]) == ["actor"]
     else:

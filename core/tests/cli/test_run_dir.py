@@ -111,7 +111,7 @@ def test_fresh_run_moves_earlier_metrics_aside_instead_of_rewinding_them(tmp_pat
 
 
 def _save_checkpoint(root: Path, step: int) -> None:
-    CheckpointManager(root).save(step, {"trainer_state.pt": {"global_steps": step}})
+    CheckpointManager(root).save(step, {"trainer_state.json": {"global_steps": step}})
 
 
 def test_a_run_that_resumes_moves_nothing(tmp_path: Path) -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from verl.trainer.checkpoint import CheckpointManager
+from verl.trainer.checkpoint import CheckpointManager, verify_checkpoint
 
 
 def _save_steps(manager: CheckpointManager, steps) -> None:
     for step in steps:
-        manager.save(step, {"actor": {"w": step}, "critic": {"v": step}, "data.pt": {"s": step}})
+        manager.save(step, {"actor": {"w": step}, "critic": {"v": step}, "data.json": {"s": step}})
 
 
 def _parts(root, step):
@@ -24,9 +24,13 @@ def test_critic_kept_in_the_newest_n_while_actor_rotation_keeps_its_own_count(tm
     manager = CheckpointManager(tmp_path, max_ckpt_to_keep=3, part_limits={"critic": 2})
     _save_steps(manager, [1, 2, 3, 4])
     assert _parts(tmp_path, 1) is None  # rotated out whole (max_actor_ckpt_to_keep=3)
-    assert _parts(tmp_path, 2) == ["actor", "data.pt"]  # critic pruned: only steps 3, 4 keep it
-    assert _parts(tmp_path, 3) == ["actor", "critic", "data.pt"]
-    assert _parts(tmp_path, 4) == ["actor", "critic", "data.pt"]
+    assert _parts(tmp_path, 2) == ["actor", "data.json", "manifest.json"]  # critic pruned: only 3, 4 keep it
+    assert _parts(tmp_path, 3) == ["actor", "critic", "data.json", "manifest.json"]
+    assert _parts(tmp_path, 4) == ["actor", "critic", "data.json", "manifest.json"]
+    # the pruned checkpoint still verifies: its manifest no longer lists the critic's files and says why
+    manifest = verify_checkpoint(tmp_path / "global_step_2")
+    assert sorted(manifest["files"]) == ["actor/state.pt", "data.json"]
+    assert manifest["pruned"] == ["critic"]
 
 
 def test_no_limit_keeps_every_critic_and_a_resumed_manager_counts_the_ones_on_disk(tmp_path):

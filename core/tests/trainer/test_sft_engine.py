@@ -83,6 +83,7 @@ def test_lora_sft_trains_only_the_adapter_and_writes_a_merged_model(tmp_path):
     import torch
     from safetensors.torch import load_file
 
+    from verl.engines.reference.checkpoint_files import load_engine_state
     from verl.testing.tiny import save_tiny_model
     from verl.trainer.sft_trainer import SFTTrainer
 
@@ -117,7 +118,7 @@ def test_lora_sft_trains_only_the_adapter_and_writes_a_merged_model(tmp_path):
     assert lora[0]["train/loss"] == pytest.approx(full[0]["train/loss"], rel=1e-6)
     assert lora[1]["train/loss"] != pytest.approx(full[1]["train/loss"], rel=1e-3)  # different updates
     actor = tmp_path / "lora" / "global_step_2" / "actor"
-    state = torch.load(actor / "model_world_size_1_rank_0.pt", weights_only=False)
+    state = load_engine_state(actor, 1, 0)
     assert state["model"] and all(".lora_A." in k or ".lora_B." in k for k in state["model"]), list(state["model"])
     info = json.loads((actor / "checkpoint.json").read_text())
     assert info["strategy"] == "reference" and info["lora"]["base_model"] == str(model)

@@ -22,7 +22,9 @@ from verl.trainer.checkpoint import (
     load_part,
     parse_global_step,
     restore_rng_state,
+    write_manifest,
 )
+from verl.trainer.rng_state import rng_state_from_json, rng_state_to_json
 
 DEAD_PID = 2**22 + 1  # above Linux's PID_MAX_LIMIT: no process can have it
 
@@ -30,8 +32,8 @@ DEAD_PID = 2**22 + 1  # above Linux's PID_MAX_LIMIT: no process can have it
 def parts_for(step: int) -> dict:
     return {
         "actor": {"model": {"w": torch.full((2, 2), float(step))}, "optimizer": {"state": {}, "lr": 0.1}},
-        "data.pt": {"epoch": 0, "batch_in_epoch": step % 4, "seed": 1},
-        "trainer_state.pt": {"global_steps": step},
+        "data.json": {"epoch": 0, "batch_in_epoch": step % 4, "seed": 1},
+        "trainer_state.json": {"global_steps": step},
     }
 
 
@@ -56,27 +58,35 @@ def test_save_writes_verl_layout_and_tracker_last(tmp_path: Path) -> None:
     assert out == root / "global_step_3"
     assert listing(root) == ["global_step_3", TRACKER_FILE]
     assert tracker(root) == "3"  # verl's format: the bare number
-    assert sorted(p.name for p in out.iterdir()) == ["actor", "critic", "data.pt", "trainer_state.pt"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "actor",
+        "critic",
+        "data.json",
+        "manifest.json",
+        "trainer_state.json",
+    ]
     assert (out / "actor" / "state.pt").is_file()
     assert (out / "critic" / "model.pt").read_bytes() == b"critic"
     actor = load_part(out, "actor")
     assert torch.equal(actor["model"]["w"], torch.full((2, 2), 3.0))
-    assert load_part(out, "data.pt") == {"epoch": 0, "batch_in_epoch": 3, "seed": 1}
+    assert load_part(out, "data.json") == {"epoch": 0, "batch_in_epoch": 3, "seed": 1}
     assert mgr.latest() == (3, out)
 
 
 def test_load_part_missing_lists_present_parts(tmp_path: Path) -> None:
     out = CheckpointManager(tmp_path).save(1, parts_for(1))
-    with pytest.raises(CheckpointNotFoundError, match=r"no part 'critic'.*present: \['actor', 'data.pt'"):
+    with pytest.raises(
+        CheckpointNotFoundError, match=r"no part 'critic'.*present: \['actor', 'data.json', 'manifest.json'"
+    ):
         load_part(out, "critic")
 
 
 def test_saving_the_same_step_again_replaces_it(tmp_path: Path) -> None:
     mgr = CheckpointManager(tmp_path)
-    mgr.save(5, {"trainer_state.pt": {"v": 1}})
-    mgr.save(5, {"trainer_state.pt": {"v": 2}})
+    mgr.save(5, {"trainer_state.json": {"v": 1}})
+    mgr.save(5, {"trainer_state.json": {"v": 2}})
     assert listing(tmp_path) == ["global_step_5", TRACKER_FILE]
-    assert load_part(tmp_path / "global_step_5", "trainer_state.pt") == {"v": 2}
+    assert load_part(tmp_path / "global_step_5", "trainer_state.json") == {"v": 2}
 
 
 @pytest.mark.parametrize(
@@ -87,6 +97,7 @@ def test_saving_the_same_step_again_replaces_it(tmp_path: Path) -> None:
         (1, {}, ValueError, "non-empty mapping"),
         (1, {"../escape": 1}, ValueError, "relative path"),
         (1, {"/abs": 1}, ValueError, "relative path"),
+        (1, {"manifest.json": {}}, ValueError, "writes manifest.json itself"),
         (1, {"actor": torch.nn.Linear(1, 1)}, TypeError, r"state_dict\(\)"),
     ],
 )
@@ -107,7 +118,7 @@ def test_k18a_writer_failure_halfway_keeps_previous_checkpoint(tmp_path: Path) -
         (path / "model_world_size_1_rank_0.pt").write_bytes(b"half")
         raise OSError(28, "No space left on device")
 
-    parts = {"data.pt": {"epoch": 0}, "actor": failing_actor, "trainer_state.pt": {"global_steps": 20}}
+    parts = {"data.json": {"epoch": 0}, "actor": failing_actor, "trainer_state.json": {"global_steps": 20}}
     with pytest.raises(CheckpointSaveError) as info:
         mgr.save(20, parts)
     message = str(info.value)
@@ -140,14 +151,14 @@ def test_k18a_tracker_write_failure_rolls_back(tmp_path: Path, monkeypatch: pyte
 
 def test_k18a_failed_overwrite_of_existing_step_restores_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mgr = CheckpointManager(tmp_path)
-    mgr.save(10, {"trainer_state.pt": {"v": "old"}})
+    mgr.save(10, {"trainer_state.json": {"v": "old"}})
     real_replace = os.replace
     monkeypatch.setattr(os, "replace", lambda s, d: (_ for _ in ()).throw(OSError("boom")))
     with pytest.raises(CheckpointSaveError):
-        mgr.save(10, {"trainer_state.pt": {"v": "new"}})
+        mgr.save(10, {"trainer_state.json": {"v": "new"}})
     monkeypatch.setattr(os, "replace", real_replace)
     assert listing(tmp_path) == ["global_step_10", TRACKER_FILE]
-    assert load_part(tmp_path / "global_step_10", "trainer_state.pt") == {"v": "old"}
+    assert load_part(tmp_path / "global_step_10", "trainer_state.json") == {"v": "old"}
 
 
 def test_writer_that_creates_nothing_is_a_save_error(tmp_path: Path) -> None:
@@ -162,7 +173,7 @@ def test_keyboard_interrupt_cleans_temp_and_propagates(tmp_path: Path) -> None:
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        CheckpointManager(tmp_path).save(1, {"data.pt": interrupted})
+        CheckpointManager(tmp_path).save(1, {"data.json": interrupted})
     assert listing(tmp_path) == []
 
 
@@ -173,7 +184,7 @@ def test_k18b_resumed_checkpoint_is_rotated_after_next_save(tmp_path: Path) -> N
     fresh = CheckpointManager(tmp_path, max_ckpt_to_keep=1)  # a new process
     step, path = fresh.resolve_resume("auto")
     assert (step, path) == (10, tmp_path / "global_step_10")
-    assert load_part(path, "trainer_state.pt") == {"global_steps": 10}
+    assert load_part(path, "trainer_state.json") == {"global_steps": 10}
     fresh.save(20, parts_for(20))
 
     assert listing(tmp_path) == ["global_step_20", TRACKER_FILE]
@@ -184,7 +195,7 @@ def test_k18b_resumed_checkpoint_is_rotated_after_next_save(tmp_path: Path) -> N
 def test_max_ckpt_none_or_zero_keeps_all(tmp_path: Path, keep) -> None:
     mgr = CheckpointManager(tmp_path, max_ckpt_to_keep=keep)
     for step in (1, 2, 3, 4):
-        mgr.save(step, {"trainer_state.pt": {"s": step}})
+        mgr.save(step, {"trainer_state.json": {"s": step}})
     assert listing(tmp_path) == [f"global_step_{s}" for s in (1, 2, 3, 4)] + [TRACKER_FILE]
     assert tracker(tmp_path) == "4"
 
@@ -192,17 +203,17 @@ def test_max_ckpt_none_or_zero_keeps_all(tmp_path: Path, keep) -> None:
 def test_max_ckpt_two_keeps_newest_two(tmp_path: Path) -> None:
     mgr = CheckpointManager(tmp_path, max_ckpt_to_keep=2)
     for step in (5, 10, 15, 20):
-        mgr.save(step, {"trainer_state.pt": {"s": step}})
+        mgr.save(step, {"trainer_state.json": {"s": step}})
     assert listing(tmp_path) == ["global_step_15", "global_step_20", TRACKER_FILE]
     assert mgr.tracked_steps == [15, 20]
 
 
 def test_rotation_never_deletes_the_checkpoint_just_saved(tmp_path: Path) -> None:
     # a run resumed from an earlier step than one on disk: the new save is the one to keep
-    CheckpointManager(tmp_path).save(30, {"trainer_state.pt": {}})
-    CheckpointManager(tmp_path).save(10, {"trainer_state.pt": {}})
+    CheckpointManager(tmp_path).save(30, {"trainer_state.json": {}})
+    CheckpointManager(tmp_path).save(10, {"trainer_state.json": {}})
     mgr = CheckpointManager(tmp_path, max_ckpt_to_keep=1)
-    mgr.save(20, {"trainer_state.pt": {}})
+    mgr.save(20, {"trainer_state.json": {}})
     assert listing(tmp_path) == ["global_step_20", TRACKER_FILE]
 
 
@@ -215,7 +226,7 @@ def test_bad_max_ckpt_to_keep(tmp_path: Path, keep) -> None:
 # ---------------------------------------------------------------- stale scratch folders and latest()
 def test_startup_removes_stale_temp_dirs_and_restores_displaced(tmp_path: Path, caplog) -> None:
     (tmp_path / f"global_step_5.tmp-{DEAD_PID}").mkdir()
-    (tmp_path / f"global_step_5.tmp-{DEAD_PID}" / "data.pt").write_bytes(b"partial")
+    (tmp_path / f"global_step_5.tmp-{DEAD_PID}" / "data.json").write_bytes(b"partial")
     (tmp_path / f"global_step_3.del-{DEAD_PID}").mkdir()
     (tmp_path / f"global_step_7.old-{DEAD_PID}").mkdir()  # replaced, replacement never published
     alive = tmp_path / f"global_step_9.tmp-{os.getppid()}"  # a live process may still be writing it
@@ -268,6 +279,7 @@ def test_k17a_auto_resume_from_global_step_100(tmp_path: Path) -> None:
 def test_k17c_only_last_path_component_counts(tmp_path: Path) -> None:
     nested = tmp_path / "global_step_900" / "archive" / "global_step_12"
     nested.mkdir(parents=True)
+    write_manifest(nested, step=12)  # an (empty) checkpoint that verifies
     mgr = CheckpointManager(tmp_path / "run")
     assert parse_global_step(nested) == 12
     assert parse_global_step(str(nested) + "/") == 12
@@ -284,6 +296,7 @@ def test_parse_global_step_rejects(name: str) -> None:
 
 def test_resume_path_relative_to_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "ckpt" / "global_step_3").mkdir(parents=True)
+    write_manifest(tmp_path / "ckpt" / "global_step_3", step=3)
     monkeypatch.chdir(tmp_path)
     assert CheckpointManager(tmp_path / "ckpt").resolve_resume("resume_path", "ckpt/global_step_3") == (
         3,
@@ -314,10 +327,10 @@ def test_rng_state_round_trip_through_checkpoint(tmp_path: Path) -> None:
     torch.manual_seed(3)
     draw()
     mgr = CheckpointManager(tmp_path)
-    out = mgr.save(1, {"trainer_state.pt": {"rng": capture_rng_state()}})
+    out = mgr.save(1, {"trainer_state.json": {"rng": rng_state_to_json(capture_rng_state())}})
     expected = draw()
     draw()  # move every generator on
-    restore_rng_state(load_part(out, "trainer_state.pt", weights_only=True)["rng"])
+    restore_rng_state(rng_state_from_json(load_part(out, "trainer_state.json")["rng"]))
     assert draw() == expected
 
 

@@ -215,12 +215,18 @@ def test_verl_train_stops_after_consecutive_nan_steps(workspace, capsys):
     from transformers import AutoModelForCausalLM
 
     initial = AutoModelForCausalLM.from_pretrained(workspace["model"]).state_dict()
-    state = torch.load(ckpt / "global_step_3" / "actor" / "model_world_size_1_rank_0.pt", weights_only=False)
+    from verl.engines.reference.checkpoint_files import load_engine_state
+    from verl.trainer.checkpoint import verify_checkpoint
+
+    state = load_engine_state(ckpt / "global_step_3" / "actor", 1, 0)
     saved = state["model"]
     assert set(initial) - set(saved) <= {"lm_head.weight"}  # tied embeddings may be stored once
     for name, tensor in saved.items():
         assert torch.equal(tensor, initial[name]), name
     assert state["skipped_steps"] == 3
+    # Its manifest records why it is not a healthy checkpoint: finite weights, but every update was skipped.
+    health = verify_checkpoint(ckpt / "global_step_3")["health"]
+    assert health == {"weights_finite": True, "updates_applied": 0, "updates_skipped": 3, "nonfinite": []}
 
 
 def test_verl_train_reward_fail_policy_exits_1_naming_the_sample(workspace, capsys):

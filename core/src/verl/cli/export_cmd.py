@@ -72,13 +72,18 @@ def export_checkpoint(
 
     Raises:
         ExportSetupError: no such folder, unknown engine, no config, or an engine without ``merge_checkpoint``.
+        CheckpointFileError: the ``global_step_N`` folder's manifest does not verify (names the file), or the
+            checkpoint is in the old pickle format (``LegacyCheckpointError``, names ``verl checkpoint convert``).
         FileNotFoundError / ValueError / RuntimeError: from the engine's merge (e.g. missing shard files).
     """
     from verl.plugins import get_plugin_manager
+    from verl.trainer.checkpoint_manifest import MANIFEST_FILE, verify_checkpoint
 
     folder = _actor_folder(Path(checkpoint).expanduser())
     if not folder.is_dir():
         raise ExportSetupError(f"checkpoint folder {folder} does not exist")
+    if (folder.parent / MANIFEST_FILE).is_file():  # exporting damaged weights would hand them on quietly
+        verify_checkpoint(folder.parent)
     info_file = folder / "checkpoint.json"
     info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     strategy = strategy or info.get("strategy")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 # command name -> module path. Keep alphabetical.
 COMMANDS: dict[str, str] = {
+    "checkpoint": "verl.cli.checkpoint_cmd",
     "config": "verl.cli.config_cmd",
     "data": "verl.cli.data_cmd",
     "export": "verl.cli.export_cmd",

@@ -1,7 +1,7 @@
 """Seeded, resumable batch sampler and the prompt loader built on it.
 
-verl keeps its train sampler state in ``global_step_N/data.pt`` (torchdata ``StatefulDataLoader``,
-anatomy §3.8). Here the whole state is three integers, ``{"epoch", "batch_in_epoch", "seed"}``: the
+verl keeps its train sampler state in ``global_step_N/data.pt`` (torchdata ``StatefulDataLoader``, anatomy
+§3.8; here ``data.json``, no pickle). Here the whole state is three integers, ``{"epoch", "batch_in_epoch", "seed"}``: the
 order of epoch ``e`` is a pure function of ``(seed, e)``, so a resumed run replays exactly the rest of
 the interrupted epoch and then the same later epochs as an uninterrupted run (known-failures K19).
 

@@ -1,48 +1,76 @@
 """Run checkpoints laid out as verl's trainer does (anatomy §3.8), saved so that a crash never costs the last one.
 
-Layout under ``default_local_dir``: ``global_step_{N}/`` holding named parts — ``actor/`` (an engine's files, or
-``state.pt`` = torch.save of {model, optimizer, lr_scheduler}), optional ``critic/``, ``data.pt`` (dataloader
-state), ``trainer_state.pt`` (step, :func:`capture_rng_state`, ...) — and ``latest_checkpointed_iteration.txt``
-(verl's tracker: the bare step number), written LAST.
+Layout under ``default_local_dir``: ``global_step_{N}/`` holding named parts — ``actor/`` (an engine's files:
+:mod:`verl.engines.reference.checkpoint_files` for the reference engine), optional ``critic/``, ``data.json``
+(dataloader state), ``trainer_state.json`` (step, RNG state, ...) and ``manifest.json`` (every file's size and
+sha256, and the checkpoint's health: :mod:`verl.trainer.checkpoint_manifest`) — and
+``latest_checkpointed_iteration.txt`` (verl's tracker: the bare step number), written LAST. Nothing in a checkpoint
+is a pickle of arbitrary objects (:mod:`verl.engines.safe_files`); the old pickle format is refused by name and
+converted by ``verl checkpoint convert`` (:mod:`verl.trainer.checkpoint_convert`).
 
 Save protocol (known-failures K18): parts are written into ``global_step_{N}.tmp-<pid>`` beside the final
-folder, every file and folder is fsynced, the folder is renamed to ``global_step_{N}`` (atomic on POSIX), the
+folder, the manifest is written, every file and folder is fsynced, the folder is renamed to ``global_step_{N}`` (atomic on POSIX), the
 tracker is replaced atomically (temp file + ``os.replace``), and only then are old checkpoints rotated out.
 Rotation renames a folder to ``global_step_{N}.del-<pid>`` before deleting it, so an interrupted delete never
-leaves a half folder that looks like a checkpoint. Scratch folders of dead processes (``.tmp-``, ``.del-``,
-``.old-``) are cleaned when a manager starts.
+leaves a half folder that looks like a checkpoint; it never removes the newest healthy checkpoint (finite weights,
+not every update since the previous checkpoint skipped) in favour of unhealthy newer ones. Scratch folders of dead
+processes (``.tmp-``, ``.del-``, ``.old-``) are cleaned when a manager starts.
+
+Resume verifies the manifest; ``resume_mode=auto`` falls back to the newest checkpoint that verifies (naming each
+one skipped and why), ``resume_path`` stops on a checkpoint that does not, and so does ``auto`` when none does.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from verl.engines.safe_files import (  # noqa: F401 - re-exported: the checkpoint errors live in the lower layer
+    CheckpointError,
+    CheckpointFileError,
+    LegacyCheckpointError,
+    NonFiniteCheckpointError,
+    load_weights_only,
+    read_json,
+    save_weights_only,
+    write_json,
+)
 from verl.trainer import faults
+from verl.trainer.checkpoint_fs import discard, fsync_dir, fsync_tree, pid_alive, remove_tree
+from verl.trainer.checkpoint_manifest import (  # noqa: F401 - re-exported
+    MANIFEST_FILE,
+    CheckpointHealth,
+    CheckpointVerifyError,
+    drop_from_manifest,
+    read_health,
+    verify_checkpoint,
+    write_manifest,
+)
+from verl.trainer.checkpoint_resume import (  # noqa: F401 - re-exported
+    STEP_DIR,
+    CheckpointNotFoundError,
+    CheckpointResumeError,
+    CheckpointUnusableError,
+    newest_verified,
+    parse_global_step,
+)
 from verl.trainer.rng_state import capture_rng_state, restore_rng_state  # noqa: F401 - re-exported
 
 logger = logging.getLogger(__name__)
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 RESUME_MODES = ("disable", "auto", "resume_path")
-PART_STATE_FILE = "state.pt"  # file inside a folder part given as a plain object (no suffix in its name)
+PART_STATE_FILE = "state.pt"  # weights-only torch file inside a folder part given as an object (no suffix in its name)
 
-_STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _SCRATCH_DIR = re.compile(r"^(global_step_\d+)\.(tmp|old|del)-(\d+)$")
 
 PartWriter = Callable[[Path], None]
-
-
-class CheckpointError(Exception):
-    """Base class of checkpoint errors."""
 
 
 class CheckpointSaveError(CheckpointError, RuntimeError):
@@ -59,32 +87,6 @@ class CheckpointSaveError(CheckpointError, RuntimeError):
             f"saving checkpoint {target} failed while {reason}; the previous checkpoint and "
             f"{TRACKER_FILE} were left unchanged"
         )
-
-
-class CheckpointResumeError(CheckpointError, ValueError):
-    """Bad ``resume_mode`` / ``resume_from_path`` (e.g. a last path component that is not ``global_step_N``)."""
-
-
-class CheckpointNotFoundError(CheckpointResumeError, FileNotFoundError):
-    """A checkpoint folder or part that was asked for does not exist."""
-
-
-def parse_global_step(path: str | os.PathLike[str]) -> int:
-    """Step number of a checkpoint folder, from its LAST path component only (K17c).
-
-    ``".../global_step_900/archive/global_step_12"`` -> ``12``; a trailing slash is ignored.
-
-    Raises:
-        CheckpointResumeError: the last component is not exactly ``global_step_<digits>``.
-    """
-    name = Path(os.fspath(path)).name
-    match = _STEP_DIR.match(name)
-    if match is None:
-        raise CheckpointResumeError(
-            f"checkpoint path {os.fspath(path)!r}: its last component {name!r} is not 'global_step_<N>'; "
-            "point trainer.resume_from_path at the global_step_<N> folder itself"
-        )
-    return int(match.group(1))
 
 
 def first_step_after_resume(saved_index: int, sync_interval: int = 1) -> int:
@@ -105,18 +107,20 @@ def first_step_after_resume(saved_index: int, sync_interval: int = 1) -> int:
     return saved_index * sync_interval + 1
 
 
-def load_part(
-    checkpoint_path: str | os.PathLike[str], name: str, *, weights_only: bool = True, map_location: Any = "cpu"
-) -> Any:
-    """Load a part written by :meth:`CheckpointManager.save` from an object (``torch.load``).
+def load_part(checkpoint_path: str | os.PathLike[str], name: str, *, weights_only: bool = True) -> Any:
+    """Load a part written by :meth:`CheckpointManager.save` from an object.
 
-    ``name`` with a suffix (``"data.pt"``) is a file; without one (``"actor"``) it is the folder's
-    ``state.pt``. ``weights_only=True`` (torch's safe loader) handles tensors, containers of primitives,
-    optimizer state dicts and :func:`capture_rng_state` output; pass ``False`` for other pickled objects.
+    ``name`` ending in ``.json`` is read as JSON; another name with a suffix is a weights-only torch file; a name
+    without one (``"actor"``) is that folder's ``state.pt`` (weights-only). Nothing is unpickled as arbitrary
+    objects: ``weights_only=False`` is refused.
 
     Raises:
         CheckpointNotFoundError: the part is missing (the message lists the parts present).
+        CheckpointFileError: the file is truncated, corrupt or not data only (names the file).
+        ValueError: ``weights_only=False``.
     """
+    if not weights_only:
+        raise ValueError("load_part(weights_only=False) is not supported: checkpoints are data, never pickles")
     root = Path(checkpoint_path)
     target = root / name
     if target.is_dir():
@@ -124,7 +128,9 @@ def load_part(
     if not target.is_file():
         present = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
         raise CheckpointNotFoundError(f"checkpoint {root} has no part {name!r} ({target} missing); present: {present}")
-    return torch.load(target, map_location=map_location, weights_only=weights_only)
+    if target.suffix == ".json":
+        return read_json(target, expect=object)
+    return load_weights_only(target)
 
 
 class CheckpointManager:
@@ -132,9 +138,10 @@ class CheckpointManager:
 
     Args:
         default_local_dir: the run's checkpoint folder (verl ``trainer.default_local_dir``); created if missing.
-        max_ckpt_to_keep: keep at most this many complete checkpoints (verl ``trainer.max_actor_ckpt_to_keep``);
-            ``None`` or ``0`` keeps all. Checkpoints already on disk count (K18b: a resumed run rotates out the
-            checkpoint it resumed from once a newer one is safely saved).
+        max_ckpt_to_keep: keep this many newest complete checkpoints (verl ``trainer.max_actor_ckpt_to_keep``),
+            plus the newest healthy one (:attr:`CheckpointHealth.healthy`) when none of them is; ``None`` or ``0``
+            keeps all. Checkpoints already on disk count (K18b: a resumed run rotates out the checkpoint it resumed
+            from once a newer one is safely saved); their health is read from their manifests.
         part_limits: ``{part name: N}``: keep that part (e.g. ``"critic"``, verl ``trainer.max_critic_ckpt_to_keep``)
             only in the newest ``N`` kept checkpoints, deleting it from older ones after each save, as verl's
             per-role checkpoint managers do; ``None``/``0`` keeps it wherever its checkpoint is kept. A
@@ -164,6 +171,7 @@ class CheckpointManager:
         self._cleanup_scratch()
         # rotation order: checkpoints found on disk (oldest step first), then this process's saves in save order
         self._tracked: list[int] = [step for step, _ in self._scan()]
+        self._health: dict[int, CheckpointHealth | None] = {}  # this process's saves; older ones read from disk
 
     @property
     def tracker_path(self) -> Path:
@@ -178,15 +186,24 @@ class CheckpointManager:
         return self.root / f"global_step_{step}"
 
     # ------------------------------------------------------------------ save
-    def save(self, step: int, parts: Mapping[str, PartWriter | Any]) -> Path:
-        """Write checkpoint ``step`` atomically, then the tracker, then rotate; returns ``global_step_{step}``.
+    def save(
+        self,
+        step: int,
+        parts: Mapping[str, PartWriter | Any],
+        health: CheckpointHealth | Callable[[], CheckpointHealth | None] | None = None,
+    ) -> Path:
+        """Write checkpoint ``step`` and its manifest atomically, then the tracker, then rotate; returns
+        ``global_step_{step}``.
 
         Args:
             step: the global step just completed (int >= 0).
             parts: ``{relative name: writer or object}``. A callable gets the target path
-                (``<tmp>/<name>``, parent created) and writes a file or folder there. An object is
-                ``torch.save``-d to ``<name>`` when the name has a suffix (``"data.pt"``), else to
-                ``<name>/state.pt`` (``"actor"``). Read back with :func:`load_part`.
+                (``<tmp>/<name>``, parent created) and writes a file or folder there. An object is written as
+                JSON to a ``.json`` name, else as a weights-only torch file (tensors and plain data only) to
+                ``<name>`` when the name has another suffix, or to ``<name>/state.pt`` (``"actor"``). Read back
+                with :func:`load_part`.
+            health: recorded in the manifest; rotation keeps the newest healthy checkpoint. A callable is called
+                after every part is written (the writers can report what they saw). ``None``: unknown.
 
         A checkpoint already named ``global_step_{step}`` is replaced only after the new one is complete.
 
@@ -206,8 +223,9 @@ class CheckpointManager:
         final = self.step_dir(step)
         tmp = self.root / f"{final.name}.tmp-{os.getpid()}"
         current: str | None = None
+        stage = "creating the temp folder"
         try:
-            _remove_tree(tmp)  # left by an earlier failed attempt of this same process
+            remove_tree(tmp)  # left by an earlier failed attempt of this same process
             tmp.mkdir()
             for index, (name, part) in enumerate(parts.items()):
                 current = name
@@ -215,15 +233,21 @@ class CheckpointManager:
                 if index == 0:
                     faults.check("checkpoint_write", step)  # test-only; a no-op unless VERL_FAULT_INJECT is set
             current = None
-            _fsync_tree(tmp)
+            stage = "recording health"
+            recorded = health() if callable(health) else health
+            stage = f"writing {MANIFEST_FILE}"
+            write_manifest(tmp, step=step, health=recorded)
+            stage = "syncing files to disk"
+            fsync_tree(tmp)
         except BaseException as exc:
-            _remove_tree(tmp, quiet=True)
+            remove_tree(tmp, quiet=True)
             if not isinstance(exc, Exception):
                 raise
-            where = f"writing part {current!r}" if current is not None else "syncing files to disk"
+            where = f"writing part {current!r}" if current is not None else stage
             raise CheckpointSaveError(step, f"{where}: {type(exc).__name__}: {exc}", final) from exc
 
         self._publish(step, tmp, final)
+        self._health[step] = recorded
         logger.info("saved checkpoint %s", final)
         self._rotate(step)
         return final
@@ -235,23 +259,23 @@ class CheckpointManager:
         try:
             if final.exists():
                 displaced = self.root / f"{final.name}.old-{os.getpid()}"
-                _remove_tree(displaced)
+                remove_tree(displaced)
                 os.rename(final, displaced)
             os.rename(tmp, final)
             published = True
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
             stage = f"writing {TRACKER_FILE}"
             self._write_tracker(step)
         except BaseException as exc:
             # roll back so the previous tracker and the folder it names stay the authoritative checkpoint
-            _remove_tree(final if published else tmp, quiet=True)
+            remove_tree(final if published else tmp, quiet=True)
             if displaced is not None and displaced.exists() and not final.exists():
                 os.rename(displaced, final)
             if not isinstance(exc, Exception):
                 raise
             raise CheckpointSaveError(step, f"{stage}: {type(exc).__name__}: {exc}", final) from exc
         if displaced is not None:
-            _remove_tree(displaced, quiet=True)
+            remove_tree(displaced, quiet=True)
 
     def _write_tracker(self, step: int) -> None:
         tmp = self.root / f"{TRACKER_FILE}.tmp-{os.getpid()}"
@@ -264,7 +288,7 @@ class CheckpointManager:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
 
     def _rotate(self, saved_step: int) -> None:
         if saved_step in self._tracked:
@@ -273,15 +297,46 @@ class CheckpointManager:
         self._prune_parts()
         if not self.max_ckpt_to_keep:
             return
-        for step in self._tracked[: -self.max_ckpt_to_keep]:
+        doomed = self._tracked[: -self.max_ckpt_to_keep]
+        kept = self._tracked[-self.max_ckpt_to_keep :]
+        if doomed and not any(self._healthy(step) for step in kept):
+            # The N newest are all unhealthy (non-finite weights, or every update since the previous checkpoint
+            # skipped): keep the newest healthy one on top of them, or a diverged run would rotate it away.
+            spare = next((step for step in reversed(doomed) if self._healthy(step)), None)
+            if spare is not None:
+                doomed.remove(spare)
+                logger.warning(
+                    "keeping %s beyond max_ckpt_to_keep=%d: it is the newest healthy checkpoint, the %d newest are "
+                    "not (%s)",
+                    self.step_dir(spare),
+                    self.max_ckpt_to_keep,
+                    len(kept),
+                    "; ".join(f"global_step_{s}: {self._describe(s)}" for s in kept),
+                )
+        for step in doomed:
             path = self.step_dir(step)
             try:
-                _discard(path)
+                discard(path)
             except OSError as exc:
                 logger.warning("could not remove old checkpoint %s (kept, will retry next save): %s", path, exc)
                 continue
             self._tracked.remove(step)
             logger.info("removed old checkpoint %s (max_ckpt_to_keep=%d)", path, self.max_ckpt_to_keep)
+
+    def health(self, step: int) -> CheckpointHealth | None:
+        """The health recorded for checkpoint ``step`` (from this process's save, else its manifest); ``None``:
+        unknown (no manifest, or saved without health)."""
+        if step not in self._health:
+            self._health[step] = read_health(self.step_dir(step))
+        return self._health[step]
+
+    def _healthy(self, step: int) -> bool:
+        health = self.health(step)
+        return health is not None and health.healthy
+
+    def _describe(self, step: int) -> str:
+        health = self.health(step)
+        return "health unknown" if health is None else health.describe()
 
     def _prune_parts(self) -> None:
         """Drop each limited part from all but the newest ``limit`` checkpoints holding it (renamed aside first,
@@ -292,9 +347,11 @@ class CheckpointManager:
                 path = self.step_dir(step) / part
                 aside = path.with_name(f"{part}.del-{os.getpid()}")
                 try:
+                    if (self.step_dir(step) / MANIFEST_FILE).is_file():
+                        drop_from_manifest(self.step_dir(step), part)  # first: never a manifest listing lost files
                     os.rename(path, aside)
-                    _remove_tree(aside)
-                except OSError as exc:
+                    remove_tree(aside)
+                except (OSError, CheckpointFileError) as exc:
                     logger.warning("could not remove old %s part %s (kept, will retry next save): %s", part, path, exc)
                     continue
                 logger.info("removed %s from old checkpoint %s (limit %d)", part, self.step_dir(step), limit)
@@ -315,15 +372,21 @@ class CheckpointManager:
     def resolve_resume(
         self, resume_mode: str, resume_from_path: str | os.PathLike[str] | None = None
     ) -> tuple[int, Path] | None:
-        """Which checkpoint to resume from (verl ``trainer.resume_mode`` / ``trainer.resume_from_path``).
+        """Which checkpoint to resume from (verl ``trainer.resume_mode`` / ``trainer.resume_from_path``), verified.
 
-        ``"disable"`` -> ``None``; ``"auto"`` -> :meth:`latest` (``None``: train from scratch);
-        ``"resume_path"`` -> ``(parse_global_step(path), path)``, relative paths taken from the current
-        directory. The first step to run is then :func:`first_step_after_resume` of the returned step.
+        ``"disable"`` -> ``None``. ``"auto"`` -> the newest checkpoint whose manifest verifies
+        (:func:`~verl.trainer.checkpoint_manifest.verify_checkpoint`), trying the tracker's first, then the other
+        ``global_step_N`` folders newest first; each one skipped (damaged, old pickle format, or recorded with
+        non-finite weights) is logged with the file and the reason; ``None`` (train from scratch) only when there is
+        no checkpoint at all. ``"resume_path"`` -> ``(parse_global_step(path), path)`` once it verifies, relative
+        paths taken from the current directory. The first step to run is then :func:`first_step_after_resume` of
+        the returned step.
 
         Raises:
             CheckpointResumeError: unknown mode, ``resume_path`` without a path, or a path whose last component
                 is not ``global_step_N`` (K17c). CheckpointNotFoundError: the path does not exist.
+                CheckpointUnusableError: the ``resume_path`` checkpoint does not verify, or (``auto``) checkpoints
+                exist and none verifies; it lists each folder with the file at fault.
         """
         if resume_mode not in RESUME_MODES:
             raise CheckpointResumeError(f"trainer.resume_mode={resume_mode!r} is not one of {list(RESUME_MODES)}")
@@ -331,7 +394,7 @@ class CheckpointManager:
             return None
         if resume_mode == "auto":
             # A resume_from_path given with auto is ignored, as in verl; config validation warns about it once.
-            return self.latest()  # None = from scratch; the trainer says so once (several callers ask)
+            return self._newest_verified()  # None = from scratch; the trainer says so once (several callers ask)
         if not resume_from_path:
             raise CheckpointResumeError(
                 "resume_mode='resume_path' needs trainer.resume_from_path=<dir>/global_step_<N>"
@@ -342,7 +405,21 @@ class CheckpointManager:
             raise CheckpointNotFoundError(
                 f"trainer.resume_from_path={os.fspath(resume_from_path)!r}: checkpoint folder {path} does not exist"
             )
+        try:
+            verify_checkpoint(path)
+        except CheckpointFileError as exc:
+            raise CheckpointUnusableError(path.parent, [(path, str(exc))]) from exc
         return step, path
+
+    def _candidates(self) -> list[tuple[int, Path]]:
+        """Checkpoints to try in ``auto`` mode: the tracker's, then every other ``global_step_N``, newest first."""
+        found = list(reversed(self._scan()))
+        step = self._read_tracker()
+        tracked = [(s, p) for s, p in found if s == step]
+        return tracked + [(s, p) for s, p in found if s != step]
+
+    def _newest_verified(self) -> tuple[int, Path] | None:
+        return newest_verified(self.root, self._candidates())
 
     def _read_tracker(self) -> int | None:
         try:
@@ -356,7 +433,7 @@ class CheckpointManager:
             return None
 
     def _scan(self) -> list[tuple[int, Path]]:
-        matches = ((_STEP_DIR.match(entry.name), entry) for entry in self.root.iterdir())
+        matches = ((STEP_DIR.match(entry.name), entry) for entry in self.root.iterdir())
         return sorted((int(m.group(1)), entry) for m, entry in matches if m is not None and entry.is_dir())
 
     def _cleanup_scratch(self) -> None:
@@ -365,7 +442,7 @@ class CheckpointManager:
             if match is None or not entry.is_dir():
                 continue
             final_name, kind, pid = match.group(1), match.group(2), int(match.group(3))
-            if _pid_alive(pid):
+            if pid_alive(pid):
                 logger.warning("leaving %s: process %d is alive (another run saving into %s?)", entry, pid, self.root)
                 continue
             final = self.root / final_name
@@ -374,7 +451,7 @@ class CheckpointManager:
                 os.rename(entry, final)
                 logger.warning("restored %s from %s left by killed process %d", final, entry.name, pid)
                 continue
-            _remove_tree(entry, quiet=True)
+            remove_tree(entry, quiet=True)
             logger.warning("removed stale checkpoint scratch folder %s left by killed process %d", entry, pid)
 
 
@@ -389,6 +466,8 @@ def _check_part(name: Any, part: Any) -> None:
     rel = Path(name)
     if rel.is_absolute() or any(p in ("..", ".") for p in rel.parts) or "\\" in name:
         raise ValueError(f"checkpoint part name {name!r} must be a relative path inside the step folder, like 'actor'")
+    if rel.parts[0] == MANIFEST_FILE:
+        raise ValueError(f"checkpoint part name {name!r} is taken: the manager writes {MANIFEST_FILE} itself")
     if isinstance(part, torch.nn.Module):
         raise TypeError(f"checkpoint part {name!r} is an nn.Module; pass module.state_dict() or a writer function")
 
@@ -399,63 +478,10 @@ def _write_part(target: Path, part: Any) -> None:
         part(target)
         if not target.exists():
             raise FileNotFoundError(f"the writer of part {target.name!r} returned without creating {target}")
+    elif target.suffix == ".json":
+        write_json(target, part)
     elif target.suffix:
-        torch.save(part, target)
+        save_weights_only(target, part)
     else:
         target.mkdir()
-        torch.save(part, target / PART_STATE_FILE)
-
-
-def _fsync_dir(path: Path) -> None:
-    # best effort: some platforms/network filesystems cannot open or fsync a folder; renames stay atomic there
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for filename in filenames:
-            fd = os.open(os.path.join(dirpath, filename), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _remove_tree(path: Path, quiet: bool = False) -> None:
-    try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            path.unlink()
-    except OSError as exc:
-        if not quiet:
-            raise
-        logger.warning("could not remove %s: %s", path, exc)
-
-
-def _discard(path: Path) -> None:
-    """Delete a checkpoint folder so that no partial ``global_step_N`` can survive an interruption."""
-    if not path.exists():
-        return
-    trash = path.with_name(f"{path.name}.del-{os.getpid()}")
-    _remove_tree(trash)
-    os.rename(path, trash)
-    _remove_tree(trash, quiet=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # this manager is only starting: nothing of ours is in flight
-    try:
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # exists, owned by another user
-    except (OverflowError, ValueError, OSError):
-        return False  # ProcessLookupError: no such process
-    return True
+        save_weights_only(target / PART_STATE_FILE, part)

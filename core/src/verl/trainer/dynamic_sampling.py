@@ -10,7 +10,7 @@ The bracketed switch to training runs every round only when scoring needs the tr
 or the in-reward KL, whose log-probs verl also computes on every round's whole batch before filtering);
 otherwise the rollout stays awake through the rounds and the step switches once, after the last. Between rounds
 that did switch, the step switches back to generation (the weights are unchanged, but a sleeping rollout may
-have freed them). Each round takes the loader's next batch, so the loader position, saved in ``data.pt``, counts
+have freed them). Each round takes the loader's next batch, so the loader position, saved in ``data.json``, counts
 every round and a resumed run replays what an uninterrupted one generates; kept groups beyond
 ``train_batch_size`` are discarded with the step, as verl does. Round ``r`` samples with the step's seed plus
 ``r * ROUND_SEED_STRIDE`` (round 0 keeps the seed of a step without filtering).
@@ -42,7 +42,7 @@ def gen_batch_size(cfg: Any) -> int:
 
 def endless_batches(loader: Any) -> Iterator[Any]:
     """The loader's batches epoch after epoch: the rest of the current epoch, then whole epochs (the loader's
-    position, hence ``data.pt``, advances with every batch taken)."""
+    position, hence ``data.json``, advances with every batch taken)."""
     while True:
         yield from loader
 

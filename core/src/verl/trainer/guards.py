@@ -79,6 +79,11 @@ class NonFiniteStepGuard:
         self.streak = 0
         self.streak_steps: list[int] = []
         self._cumulative: float | None = None
+        #: Optimizer updates of this process applied / skipped so far (checkpoint health: a checkpoint whose every
+        #: update since the previous one was skipped is not the one rotation may keep alone). ``updates_applied``
+        #: is a lower bound (1 per training step) for an engine that reports no ``actor/grad_norm``.
+        self.updates_applied = 0
+        self.updates_skipped = 0
 
     @property
     def tripped(self) -> bool:
@@ -107,6 +112,11 @@ class NonFiniteStepGuard:
             self._cumulative = cumulative - sum(1 for v in ordered if not math.isfinite(v))
         skipped = int(round(cumulative - self._cumulative))
         self._cumulative = cumulative
+        self.updates_skipped += max(skipped, 0)
+        if ordered:
+            self.updates_applied += sum(1 for v in ordered if math.isfinite(v))
+        elif skipped <= 0:
+            self.updates_applied += 1
         if skipped <= 0:
             self.streak, self.streak_steps = 0, []
         elif ordered and skipped < len(ordered):  # some updates were applied: only the trailing skips count

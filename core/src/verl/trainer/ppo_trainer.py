@@ -14,8 +14,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from verl.trainer import faults
 from verl.trainer.dynamic_sampling import endless_batches, gen_batch_size
 from verl.trainer.guards import NonFiniteStepGuard
@@ -246,29 +244,67 @@ class PPOTrainer(StepStages, ValidationLoop):
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self) -> Path:
-        """Save actor, dataloader and trainer state as ``global_step_N`` (atomic, tracker last)."""
-        from verl.trainer.checkpoint import capture_rng_state
+        """Save actor (and critic), dataloader and trainer state as ``global_step_N`` (atomic, manifest, tracker last).
+
+        ``data.json`` holds the sampler position, ``trainer_state.json`` ``{"global_steps", "kl_coef", "rng"}`` (the
+        RNG state as :func:`~verl.trainer.rng_state.rng_state_to_json` data); nothing is pickled. The manifest
+        records the checkpoint's health: whether every parameter the workers saved is finite, and how many actor
+        updates were applied / skipped for a non-finite grad norm since the previous checkpoint (counted by
+        :class:`~verl.trainer.guards.NonFiniteStepGuard`); rotation keeps the newest healthy checkpoint.
+        """
+        from verl.trainer.checkpoint import CheckpointHealth, capture_rng_state, write_json
+        from verl.trainer.rng_state import rng_state_to_json
 
         state = {
             "global_steps": self.global_steps,
-            "rng": capture_rng_state(self.platform),
+            "rng": rng_state_to_json(capture_rng_state(self.platform)),
             "kl_coef": None if self.kl_ctrl is None else float(self.kl_ctrl.value),
         }
         # One-step off-policy read the next step's batch already: store the state from before that read.
         pending_state = None if self.off_policy is None else self.off_policy.loader_state
         loader_state = self.train_dataloader.state_dict() if pending_state is None else pending_state
+        reports: list[dict[str, Any]] = []  # per rank: {"rank", "nonfinite": [...]} from the workers' save
+
+        def save_role(group: Any, path: Path) -> None:
+            reports.extend(r for r in group.save_checkpoint(str(path)) or [] if isinstance(r, dict))
+
         parts = {
-            "actor": lambda path: self.actor_rollout_wg.save_checkpoint(str(path)),
-            "data.pt": lambda path: torch.save(loader_state, path),
-            "trainer_state.pt": lambda path: torch.save(state, path),
+            "actor": lambda path: save_role(self.actor_rollout_wg, path),
+            "data.json": lambda path: write_json(path, loader_state),
+            "trainer_state.json": lambda path: write_json(path, state),
         }
         if self.critic_wg is not None:  # verl's layout: global_step_N/critic beside .../actor
-            parts["critic"] = lambda path: self.critic_wg.save_checkpoint(str(path))
-        return self.checkpoints.save(self.global_steps, parts)
+            parts["critic"] = lambda path: save_role(self.critic_wg, path)
+        guard = self.nonfinite_guard
+        applied0, skipped0 = getattr(self, "_updates_at_checkpoint", (0, 0))  # since the last save / resume
+
+        def health() -> CheckpointHealth:
+            nonfinite = sorted(f"rank{r.get('rank', '?')}:{n}" for r in reports for n in r.get("nonfinite", []))
+            return CheckpointHealth(
+                weights_finite=(not nonfinite) if reports else None,  # a worker that reports nothing: unknown
+                updates_applied=guard.updates_applied - applied0,
+                updates_skipped=guard.updates_skipped - skipped0,
+                nonfinite=nonfinite,
+            )
+
+        saved = self.checkpoints.save(self.global_steps, parts, health=health)
+        self._updates_at_checkpoint = (guard.updates_applied, guard.updates_skipped)
+        return saved
 
     def load_checkpoint(self) -> int:
-        """Resume per ``trainer.resume_mode``; returns the restored step (0 when starting fresh)."""
-        from verl.trainer.checkpoint import restore_rng_state
+        """Resume per ``trainer.resume_mode``; returns the restored step (0 when starting fresh).
+
+        The checkpoint is chosen and verified by :meth:`CheckpointManager.resolve_resume` (``auto`` falls back to
+        the newest one that verifies). The trainer's JSON parts are read and checked before any worker loads.
+
+        Raises:
+            CheckpointUnusableError: no checkpoint verifies (or the ``resume_path`` one does not); names each file.
+            CheckpointFileError: ``data.json`` / ``trainer_state.json`` hold fields of the wrong type or values
+                that do not fit this run (names the file).
+            WorkerError / NonFiniteCheckpointError: a worker refused its part (names the file or the parameters).
+        """
+        from verl.trainer.checkpoint import CheckpointFileError, read_json, restore_rng_state
+        from verl.trainer.rng_state import rng_state_from_json
 
         trainer = self.config.trainer
         found = self.checkpoints.resolve_resume(trainer.resume_mode, trainer.resume_from_path)
@@ -277,17 +313,34 @@ class PPOTrainer(StepStages, ValidationLoop):
                 logger.info("no checkpoint under %s: training from scratch", self.checkpoints.root)
             return 0
         step, path = found
+        data_file, state_file = Path(path) / "data.json", Path(path) / "trainer_state.json"
+        loader_state = read_json(data_file)
+        state = read_json(state_file)
+        try:
+            rng = rng_state_from_json(state.get("rng"))
+            kl_coef = state.get("kl_coef")
+            if kl_coef is not None and (isinstance(kl_coef, bool) or not isinstance(kl_coef, (int, float))):
+                raise ValueError(f"field 'kl_coef' must be a number or null, got {kl_coef!r}")
+        except ValueError as exc:
+            raise CheckpointFileError(state_file, str(exc)) from exc
         self.actor_rollout_wg.load_checkpoint(str(Path(path) / "actor"))
         if self.critic_wg is not None:
             self.critic_wg.load_checkpoint(str(Path(path) / "critic"))
         if self.rollout_wg is not self.actor_rollout_wg:
             sync_weights(self.actor_rollout_wg, self.rollout_wg)  # the hybrid worker re-syncs in load_checkpoint
-        self.train_dataloader.load_state_dict(torch.load(Path(path) / "data.pt", weights_only=False))
-        state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
-        restore_rng_state(state["rng"], self.platform)
-        if self.kl_ctrl is not None and state.get("kl_coef") is not None:
-            self.kl_ctrl.value = state["kl_coef"]
+        try:
+            self.train_dataloader.load_state_dict(loader_state)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointFileError(data_file, f"does not fit this run's data loader: {exc}") from exc
+        try:
+            restore_rng_state(rng, self.platform)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointFileError(state_file, f"holds an RNG state that cannot be restored: {exc}") from exc
+        if self.kl_ctrl is not None and kl_coef is not None:
+            self.kl_ctrl.value = float(kl_coef)
         self.global_steps = step
+        guard = self.nonfinite_guard
+        self._updates_at_checkpoint = (guard.updates_applied, guard.updates_skipped)
         logger.info("resumed from %s (step %d)", path, step)
         return step
 

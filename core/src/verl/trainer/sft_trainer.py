@@ -8,7 +8,7 @@ rank training an equal, contiguous share of the step's rows; :mod:`verl.trainer.
 packing as for the actor; LoRA with ``model.lora_rank``). Metrics use verl's names: ``train/loss``,
 ``train/grad_norm``, ``train/lr``, ``train/global_tokens``, ``train/total_tokens(B)``, ``val/loss`` (the mean
 of the validation batches' token-mean NLL, verl's), plus ``timing_s/step`` and ``timing_s/testing`` (seconds). Checkpoints are ``<default_local_dir>/global_step_N/`` (the
-engine state in ``actor/``, the sampler position and counters in ``data.pt``), written every ``save_freq``
+engine state in ``actor/``, the sampler position, counters and RNG state in ``data.json``), written every ``save_freq``
 steps and at the last step; ``resume_mode=auto`` continues from the newest one exactly (same batches, same
 weights). A sharded engine writes its own checkpoint format into ``actor/`` (FSDP: DCP, every rank its shard). At the
 end the weights and tokenizer are written to ``<default_local_dir>/final_hf/``, a HF folder that loads as
@@ -179,15 +179,16 @@ class SFTTrainer:
 
     def _write_actor(self, path: Path) -> None:
         """This rank's part of ``global_step_N/actor/`` (collective for a sharded engine): the engine state (the
-        reference engine's ``model_world_size_1_rank_0.pt``, as the RL worker writes it), the LoRA adapter, and on
-        rank 0 what ``verl export`` reads (``checkpoint.json``, ``huggingface/``)."""
-        from verl.engines.reference.export import CHECKPOINT_FILE, write_export_info
+        reference engine's :mod:`~verl.engines.reference.checkpoint_files`, as the RL worker writes them), the LoRA
+        adapter, and on rank 0 what ``verl export`` reads (``checkpoint.json``, ``huggingface/``)."""
+        from verl.engines.reference.checkpoint_files import save_engine_state
+        from verl.engines.reference.export import write_export_info
 
         path.mkdir(parents=True, exist_ok=True)
         if self._sharded():
             self.engine.save_checkpoint(path)
         else:
-            torch.save(self.engine.state_dict(), path / CHECKPOINT_FILE)
+            save_engine_state(path, self.engine.state_dict(), 1, 0)
         lora = bool(getattr(self.engine, "lora", False))
         if lora:
             from verl.engines.lora import ADAPTER_DIR
@@ -207,20 +208,20 @@ class SFTTrainer:
             )
 
     def save_checkpoint(self) -> Path | None:
-        """Write ``global_step_{N}/`` (``actor/``: :meth:`_write_actor`; ``data.pt``: the loop state, the engine and
-        the number of processes); returns it on rank 0.
+        """Write ``global_step_{N}/`` (``actor/``: :meth:`_write_actor`; ``data.json``: the loop state, RNG state,
+        the engine and the number of processes); returns it on rank 0.
 
         Rank 0 writes through the checkpoint manager (temp folder, tracker last) and sends the temp folder's path
         to the other ranks, which write their shards into ``actor/`` there.
         """
-        from verl.trainer.rng_state import capture_rng_state
+        from verl.trainer.rng_state import capture_rng_state, rng_state_to_json
         from verl.trainer.sft_ranks import barrier, broadcast_from_main
 
         loop = {
             "global_step": self.global_step,
             "total_tokens": self.total_tokens,
             "sampler": self.sampler.state_dict(),
-            "rng": capture_rng_state(),
+            "rng": rng_state_to_json(capture_rng_state()),
             "engine": self.strategy,
             "world_size": self.world.world_size,
         }
@@ -239,7 +240,7 @@ class SFTTrainer:
             self._write_actor(path)
 
         try:
-            saved = self.checkpoints.save(self.global_step, {"actor": write_actor, "data.pt": loop})
+            saved = self.checkpoints.save(self.global_step, {"actor": write_actor, "data.json": loop})
         finally:
             if not sent:  # failed before the shards: release the other ranks
                 broadcast_from_main(None, self.world)
@@ -252,12 +253,16 @@ class SFTTrainer:
         Rank 0 picks it; every rank loads it (its shard of a sharded engine; rank 0's RNG state everywhere).
 
         Raises:
-            CheckpointResumeError: bad resume settings, a missing checkpoint folder, or a checkpoint written by
-                another engine or number of processes (named, with the ways out).
+            CheckpointResumeError: bad resume settings, a missing checkpoint folder, a checkpoint that does not
+                verify (:class:`~verl.trainer.checkpoint.CheckpointUnusableError`: damaged, or the old pickle
+                format), or one written by another engine or number of processes (named, with the ways out).
+            CheckpointFileError: ``data.json`` fields of the wrong type (names the file).
+            NonFiniteCheckpointError: the loaded weights or optimizer state hold NaN/inf (names them).
         """
-        from verl.engines.reference.export import CHECKPOINT_FILE
-        from verl.trainer.checkpoint import CheckpointResumeError, load_part
-        from verl.trainer.rng_state import restore_rng_state
+        from verl.engines.reference.checkpoint_files import load_engine_state
+        from verl.engines.safe_files import NonFiniteCheckpointError, engine_nonfinite_state
+        from verl.trainer.checkpoint import CheckpointFileError, CheckpointResumeError, read_json
+        from verl.trainer.rng_state import restore_rng_state, rng_state_from_json
         from verl.trainer.sft_ranks import broadcast_from_main
 
         t = self.config.trainer
@@ -274,7 +279,8 @@ class SFTTrainer:
         if found is None:
             return 0
         step, path = found
-        loop = load_part(path, "data.pt")
+        loop_file = Path(path) / "data.json"
+        loop = read_json(loop_file)
         saved = (loop.get("engine"), loop.get("world_size"))
         if saved[0] is not None and saved != (self.strategy, self.world.world_size):
             raise CheckpointResumeError(
@@ -283,18 +289,26 @@ class SFTTrainer:
                 "number of processes (trainer.n_gpus_per_node, or torchrun's --nproc_per_node), start from scratch "
                 f"with trainer.resume_mode=disable, or take its weights with `verl export {path} <out folder>`"
             )
+        try:
+            rng = rng_state_from_json(loop.get("rng"))
+            counters = {k: loop.get(k) for k in ("global_step", "total_tokens")}
+            for key, value in counters.items():
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise ValueError(f"field {key!r} must be an int >= 0, got {value!r}")
+            self.sampler.load_state_dict(loop.get("sampler") or {})
+            restore_rng_state(rng)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CheckpointFileError(loop_file, str(exc)) from exc
         actor = Path(path) / "actor"
         if self._sharded():
             self.engine.load_checkpoint(actor)
         else:
-            file = actor / CHECKPOINT_FILE
-            if not file.exists() and (actor / "state.pt").exists():  # written before the RL worker's file name
-                file = actor / "state.pt"
-            self.engine.load_state_dict(torch.load(file, map_location="cpu", weights_only=False))
-        self.sampler.load_state_dict(loop["sampler"])
-        restore_rng_state(loop["rng"])
-        self.global_step = int(loop["global_step"])
-        self.total_tokens = int(loop["total_tokens"])
+            self.engine.load_state_dict(load_engine_state(actor, 1, 0))
+        params, optim = engine_nonfinite_state(self.engine)
+        if params or optim:
+            raise NonFiniteCheckpointError(actor, params or optim, "parameters" if params else "optimizer state")
+        self.global_step = counters["global_step"]
+        self.total_tokens = counters["total_tokens"]
         if self.world.is_main:
             logger.info("resumed SFT from %s (step %d)", path, step)
         return step

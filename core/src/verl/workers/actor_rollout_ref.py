@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from verl.controller import Dispatch, Worker, register
 from verl.controller.mesh_dispatch import make_nd_compute_dataproto_dispatch_fn
 from verl.engines.base import wake_up_tagged
@@ -394,21 +392,33 @@ class ActorRolloutRefWorker(Worker):
     # ------------------------------------------------------------------ checkpoints
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str) -> None:
-        """Write this rank's actor state (model, optimizer, scheduler) under ``path``."""
+    def save_checkpoint(self, path: str) -> dict[str, Any]:
+        """Write this rank's actor state (model, optimizer, scheduler) under ``path``.
+
+        The reference engine writes :mod:`verl.engines.reference.checkpoint_files` (safetensors, weights-only
+        optimizer file, JSON); a sharded engine its own format (e.g. DCP).
+
+        Returns:
+            ``{"rank": int, "nonfinite": [names of parameters holding NaN/inf on this rank]}``, the checkpoint's
+            health as this rank saw it.
+        """
+        from verl.engines.reference.checkpoint_files import save_engine_state
+        from verl.engines.safe_files import engine_nonfinite_state
+
         self._need(self.actor, "actor")
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         if hasattr(self.actor, "save_checkpoint"):  # sharded engines write their own format (e.g. DCP)
             self.actor.save_checkpoint(folder)
         else:
-            torch.save(self.actor.state_dict(), folder / f"model_world_size_{self.world_size}_rank_{self.rank}.pt")
+            save_engine_state(folder, self.actor.state_dict(), self.world_size, self.rank)
         if getattr(self.actor, "lora", False):  # the adapter as a peft folder, for `verl export` (collective)
             from verl.engines.lora import ADAPTER_DIR
 
             self.actor.save_adapter(folder / ADAPTER_DIR)
         if self.rank == 0:
             self._write_export_info(folder)
+        return {"rank": self.rank, "nonfinite": engine_nonfinite_state(self.actor)[0]}
 
     def _write_export_info(self, folder: Path) -> None:
         """``huggingface/`` (config + tokenizer) and ``checkpoint.json`` (engine, world size) for ``verl export``.
@@ -431,18 +441,24 @@ class ActorRolloutRefWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
-        """Restore what :meth:`save_checkpoint` wrote, then re-sync the rollout weights."""
+        """Restore what :meth:`save_checkpoint` wrote, refuse non-finite state, then re-sync the rollout weights.
+
+        Raises:
+            LegacyCheckpointError: the old pickle format (names ``verl checkpoint convert``).
+            CheckpointFileError: a file missing (another world size?), truncated or corrupt (names the file).
+            NonFiniteCheckpointError: loaded parameters or optimizer state hold NaN/inf (names them and ``path``).
+        """
+        from verl.engines.reference.checkpoint_files import load_engine_state
+        from verl.engines.safe_files import NonFiniteCheckpointError, engine_nonfinite_state
+
         self._need(self.actor, "actor")
         if hasattr(self.actor, "load_checkpoint"):
             self.actor.load_checkpoint(Path(path))
         else:
-            file = Path(path) / f"model_world_size_{self.world_size}_rank_{self.rank}.pt"
-            if not file.exists():
-                raise FileNotFoundError(
-                    f"actor checkpoint {file} not found (saved with another world size? expected "
-                    f"world_size={self.world_size})"
-                )
-            self.actor.load_state_dict(torch.load(file, map_location="cpu", weights_only=False))
+            self.actor.load_state_dict(load_engine_state(path, self.world_size, self.rank))
+        params, optim = engine_nonfinite_state(self.actor)
+        if params or optim:
+            raise NonFiniteCheckpointError(path, params or optim, "parameters" if params else "optimizer state")
         if self.rollout is not None:
             self.weight_sync.sync(self.actor, self.rollout)
 

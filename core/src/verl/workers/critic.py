@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from verl.controller import Dispatch, Worker, register
 from verl.controller.mesh_dispatch import make_nd_compute_dataproto_dispatch_fn
 
@@ -180,40 +178,55 @@ class CriticWorker(Worker):
         return _metrics_proto(metrics)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str) -> None:
-        """Write this rank's critic state (model, optimizer, scheduler) under ``path`` (``global_step_N/critic``)."""
+    def save_checkpoint(self, path: str) -> dict[str, Any]:
+        """Write this rank's critic state (model, optimizer, scheduler) under ``path`` (``global_step_N/critic``):
+        :mod:`verl.engines.reference.checkpoint_files` for the reference engine, a sharded engine's own format.
+
+        Returns:
+            ``{"rank": int, "nonfinite": [critic parameters holding NaN/inf on this rank]}``.
+        """
+        from verl.engines.reference.checkpoint_files import save_engine_state
+        from verl.engines.safe_files import engine_nonfinite_state
+
         self._need()
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         if hasattr(self.critic, "save_checkpoint"):  # sharded engines write their own format (e.g. DCP)
             self.critic.save_checkpoint(folder)
         else:
-            torch.save(self.critic.state_dict(), self._file(folder))
+            save_engine_state(folder, self.critic.state_dict(), self.world_size, self.rank)
         if self.rank == 0 and self.tokenizer is not None:  # verl keeps the critic's tokenizer in huggingface/
             self.tokenizer.save_pretrained(str(folder / "huggingface"))
+        return {"rank": self.rank, "nonfinite": [f"critic:{n}" for n in engine_nonfinite_state(self.critic)[0]]}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
-        """Restore what :meth:`save_checkpoint` wrote.
+        """Restore what :meth:`save_checkpoint` wrote and refuse non-finite state.
 
         Raises:
-            FileNotFoundError: no critic state for this rank and world size under ``path``.
+            FileNotFoundError: ``path`` does not exist (saved without a critic, or the part was pruned by
+                ``trainer.max_critic_ckpt_to_keep``).
+            LegacyCheckpointError: the old pickle format (names ``verl checkpoint convert``).
+            CheckpointFileError: no critic state for this rank and world size, or a truncated / corrupt file.
+            NonFiniteCheckpointError: loaded parameters or optimizer state hold NaN/inf (names them and ``path``).
         """
+        from verl.engines.reference.checkpoint_files import load_engine_state
+        from verl.engines.safe_files import NonFiniteCheckpointError, engine_nonfinite_state
+
         self._need()
         folder = Path(path)
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"critic checkpoint {folder} not found (saved without a critic, or its critic part was removed by "
+                "trainer.max_critic_ckpt_to_keep)"
+            )
         if hasattr(self.critic, "load_checkpoint"):
             self.critic.load_checkpoint(folder)
-            return
-        file = self._file(folder)
-        if not file.exists():
-            raise FileNotFoundError(
-                f"critic checkpoint {file} not found (saved without a critic, or with another world size? "
-                f"expected world_size={self.world_size})"
-            )
-        self.critic.load_state_dict(torch.load(file, map_location="cpu", weights_only=False))
-
-    def _file(self, folder: Path) -> Path:
-        return folder / f"model_world_size_{self.world_size}_rank_{self.rank}.pt"
+        else:
+            self.critic.load_state_dict(load_engine_state(folder, self.world_size, self.rank))
+        params, optim = engine_nonfinite_state(self.critic)
+        if params or optim:
+            raise NonFiniteCheckpointError(path, params or optim, "parameters" if params else "optimizer state")
 
     def _need(self) -> None:
         if self.critic is None:

@@ -5,12 +5,14 @@ Layout of a checkpoint folder written by :func:`save_dcp` (every rank takes part
 * ``*.distcp`` + ``.metadata``: DCP shards of ``{"model": ..., "optimizer": ...}`` (state-dict keys are
   HF parameter names, flattened by DCP to ``model.<hf_name>``); with LoRA only the adapter parameters
   (``...lora_A.default.weight``) and their optimizer state, the frozen base being the model folder;
-* ``extra_state_world_size_<W>_rank_<R>.pt``: LR scheduler state and step counters of rank ``R``;
+* ``extra_state_world_size_<W>_rank_<R>.pt``: LR scheduler state and step counters of rank ``R`` (tensors and plain
+  data, read with ``torch.load(weights_only=True)``);
 * ``verl_fsdp.json``: world size, mesh and trainability (written by rank 0);
 * ``hf_config/``: the model's HF config (rank 0), so :func:`merge_dcp_to_hf` needs no other source.
 
 Follows ``torch.distributed.checkpoint.state_dict`` (``get_state_dict``/``set_state_dict``) as used by
-torchtitan and ``verl/utils/checkpoint/fsdp_checkpoint_manager.py``.
+torchtitan and ``verl/utils/checkpoint/fsdp_checkpoint_manager.py``. Reading never unpickles arbitrary objects: DCP's
+metadata and non-tensor values go through :mod:`verl_fsdp.safe_dcp`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
+
+from verl.engines.safe_files import load_weights_only, save_weights_only
+from verl_fsdp import safe_dcp
 
 META_FILE = "verl_fsdp.json"
 HF_CONFIG_DIR = "hf_config"
@@ -57,7 +62,7 @@ def save_dcp(engine: Any, folder: str | Path) -> None:
     extra: dict[str, Any] = {"global_step": engine.global_step, "skipped_steps": engine.skipped_steps}
     if engine.trainable:
         extra["lr_scheduler"] = engine.lr_scheduler.state_dict()
-    torch.save(extra, _extra_file(folder, world, rank))
+    save_weights_only(_extra_file(folder, world, rank), extra)
     if rank == 0:
         meta = {
             "format": FORMAT,
@@ -93,6 +98,8 @@ def load_dcp(engine: Any, folder: str | Path) -> None:
         FileNotFoundError: ``folder`` has no ``verl_fsdp.json`` (not a verl-fsdp checkpoint).
         ValueError: the checkpoint was written by a different world size (LR/counter files are per rank),
             or without an optimizer while ``engine`` trains.
+        CheckpointFileError: DCP metadata or a value that is not plain data (never unpickled), or a truncated /
+            corrupt per-rank file (names it).
     """
     folder = Path(folder)
     meta_path = folder / META_FILE
@@ -117,7 +124,7 @@ def load_dcp(engine: Any, folder: str | Path) -> None:
     if engine.trainable:
         model_sd, optim_sd = get_state_dict(engine.model, [engine.optimizer], options=options)
         state = {"model": adapter_only(engine, model_sd), "optimizer": optim_sd}
-        dcp.load(state, checkpoint_id=str(folder))
+        safe_dcp.load(state, folder)
         set_state_dict(
             engine.model,
             [engine.optimizer],
@@ -127,9 +134,9 @@ def load_dcp(engine: Any, folder: str | Path) -> None:
         )
     else:
         state = {"model": get_model_state_dict(engine.model, options=options)}
-        dcp.load(state, checkpoint_id=str(folder))
+        safe_dcp.load(state, folder)
         set_model_state_dict(engine.model, state["model"], options=options)
-    extra = torch.load(_extra_file(folder, world, rank), map_location="cpu", weights_only=True)
+    extra = load_weights_only(_extra_file(folder, world, rank))
     engine.global_step = int(extra["global_step"])
     engine.skipped_steps = int(extra["skipped_steps"])
     if engine.trainable:
@@ -184,7 +191,6 @@ def merge_dcp_to_hf(
         FileNotFoundError: ``dcp_folder`` has no DCP ``.metadata``.
         ValueError: the checkpoint's model keys do not fit the config's architecture.
     """
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
     from transformers import AutoConfig
 
     dcp_folder, out_folder = Path(dcp_folder), Path(out_folder)
@@ -192,12 +198,12 @@ def merge_dcp_to_hf(
         raise FileNotFoundError(f"{dcp_folder} is not a torch.distributed.checkpoint folder (.metadata missing)")
     source = Path(hf_config_source) if hf_config_source is not None else dcp_folder / HF_CONFIG_DIR
     config = AutoConfig.from_pretrained(str(source))
-    keys = dcp.FileSystemReader(str(dcp_folder)).read_metadata().state_dict_metadata
+    keys = safe_dcp.SafeFileSystemReader(str(dcp_folder)).read_metadata().state_dict_metadata
     model_keys = {k for k in keys if k.startswith("model.")}
     # Only the model entries are read: the optimizer state (2x the weights for AdamW) stays on disk.
     with warnings.catch_warnings():  # "no process group, loading in a single process" is the intent here
         warnings.filterwarnings("ignore", message=".*single process.*", category=UserWarning)
-        loaded = _load_state_dict_from_keys(keys=model_keys, checkpoint_id=str(dcp_folder))
+        loaded = safe_dcp.load_keys(dcp_folder, model_keys)
     state = loaded["model"] if "model" in loaded and isinstance(loaded["model"], dict) else loaded
     state = {k.removeprefix("model.") if k in model_keys else k: v for k, v in state.items()}
     write_hf_folder(config, state, out_folder)

@@ -82,7 +82,11 @@ class TrainerConfig:
     )
     critic_warmup: int = fld(0, doc="steps that train only the critic")
     default_local_dir: str | None = fld(None, doc="checkpoint root; null = checkpoints/<project>/<experiment>")
-    max_actor_ckpt_to_keep: int | None = fld(None, doc="keep at most N actor checkpoints; null = all")
+    max_actor_ckpt_to_keep: int | None = fld(
+        None,
+        doc="keep the N newest checkpoints, plus the newest healthy one (finite weights, not every update skipped) "
+        "when none of those is healthy (docs/reliability.md); null = all",
+    )
     max_critic_ckpt_to_keep: int | None = fld(
         None, doc="keep the critic part in at most the newest N checkpoints; null = all"
     )

@@ -1,8 +1,9 @@
 """``verl export`` for the reference engine: an actor checkpoint folder -> a HF model folder.
 
-The reference engine checkpoints with ``torch.save`` of its state dict (one process, file
-``model_world_size_1_rank_0.pt``: model, optimizer, LR scheduler, counters). Only the model part is
-turned into ``model.safetensors`` next to the config (and tokenizer) from ``hf_source``.
+The reference engine checkpoints its state dict as :mod:`verl.engines.reference.checkpoint_files` (one process:
+``model_world_size_1_rank_0.safetensors`` holds the model, the optimizer and counters sit beside it). Only the model
+is read (no pickle is loaded) and written as ``model.safetensors`` next to the config (and tokenizer) from
+``hf_source``. A checkpoint of the old pickle format is refused with the command that converts it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-CHECKPOINT_FILE = "model_world_size_1_rank_0.pt"
+#: The model file of a reference-engine checkpoint (world size 1).
+CHECKPOINT_FILE = "model_world_size_1_rank_0.safetensors"
 
 
 def copy_tokenizer(source: Path, out_folder: Path) -> bool:
@@ -35,25 +37,32 @@ def merge_reference_checkpoint(actor_folder: str | Path, hf_source: str | Path, 
         ``Path(out_folder)``.
 
     Raises:
-        FileNotFoundError: no ``model_world_size_1_rank_0.pt`` in ``actor_folder``.
+        LegacyCheckpointError: the folder holds the old pickle format (names ``verl checkpoint convert``).
+        FileNotFoundError: no ``model_world_size_1_rank_0.safetensors`` in ``actor_folder``.
+        CheckpointFileError: the file is truncated or corrupt (names it).
         RuntimeError: the checkpoint's tensors do not fit the config's architecture (from
             ``load_state_dict(strict=True)``).
     """
-    import torch
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    from verl.engines.reference.checkpoint_files import legacy_files
+    from verl.engines.safe_files import LegacyCheckpointError, load_tensors
 
     actor_folder, hf_source, out_folder = Path(actor_folder), Path(hf_source), Path(out_folder)
     file = actor_folder / CHECKPOINT_FILE
     if not file.is_file():
-        found = sorted(p.name for p in actor_folder.glob("model_world_size_*_rank_*.pt"))
+        legacy = legacy_files(actor_folder)
+        if legacy:
+            raise LegacyCheckpointError(legacy[0])
+        found = sorted(p.name for p in actor_folder.glob("model_world_size_*_rank_*"))
         raise FileNotFoundError(
-            f"{file} not found; the reference engine writes one file (world size 1)"
+            f"{file} not found; the reference engine writes one model file (world size 1)"
             + (f", this folder has {found}" if found else "")
         )
-    state: Any = torch.load(file, map_location="cpu", weights_only=False, mmap=True)
+    weights: Any = load_tensors(file)
     config = AutoConfig.from_pretrained(str(hf_source))
-    model = AutoModelForCausalLM.from_config(config, dtype=next(iter(state["model"].values())).dtype)
-    model.load_state_dict(state["model"], strict=True)
+    model = AutoModelForCausalLM.from_config(config, dtype=next(iter(weights.values())).dtype)
+    model.load_state_dict(weights, strict=True)
     model.config.use_cache = True
     out_folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_folder))

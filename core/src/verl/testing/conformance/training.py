@@ -67,11 +67,13 @@ def _log_probs(engine: Any, data: Any, *, entropy: bool = False) -> dict[str, to
 
 
 def _serialised(state: Any) -> Any:
-    # What a checkpoint does: the state is written out, so later training cannot alias it.
+    # What a checkpoint does: the state is written out, so later training cannot alias it, and read back with the
+    # weights-only loader, as checkpoints are (a state dict holding other objects than tensors and plain data
+    # fails here: verl never unpickles a checkpoint).
     buffer = io.BytesIO()
     torch.save(state, buffer)
     buffer.seek(0)
-    return torch.load(buffer, weights_only=False)
+    return torch.load(buffer, weights_only=True)
 
 
 def assert_weights_moved(before: dict, after: dict, *, more_than: float) -> None:
@@ -204,9 +206,9 @@ class TrainingEngineTests(KitFixtures):
       ``actor/pg_loss`` equals the full-batch token mean ``-sum(A * mask) / sum(mask)`` (numpy) and
       ``actor/grad_norm`` the hand-computed gradient norm of :func:`hand_token_mean_update`, although the
       2-row micro-batches hold 15, 14, 1 and 3 tokens (a per-micro-batch mean gives other values);
-    * ``state_dict`` round trip (serialised with ``torch.save``): after one step, saving, a second step and
-      loading, log-probs are those after the first step exactly and the next step repeats the second exactly
-      (optimizer, LR schedule and counters restored);
+    * ``state_dict`` round trip (``torch.save``, then ``torch.load(weights_only=True)``): after one step, saving,
+      a second step and loading, log-probs are those after the first step exactly and the next step repeats the
+      second exactly (optimizer, LR schedule and counters restored);
     * ``iter_weights()``: full (not sharded) tensors with the HF model's ``state_dict`` names and shapes,
       equal to the reference's weights;
     * ``offload()`` / ``onload()``: log-probs unchanged, weights on the host in between (on a device other
