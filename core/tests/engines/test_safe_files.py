@@ -14,6 +14,7 @@ from verl.engines.reference.checkpoint_files import load_engine_state, save_engi
 from verl.engines.safe_files import (
     CheckpointFileError,
     LegacyCheckpointError,
+    check_plain_data,
     engine_nonfinite_state,
     load_tensors,
     load_weights_only,
@@ -109,6 +110,29 @@ def test_engine_nonfinite_state_checks_parameters_and_optimizer_moments():
     with torch.no_grad():
         engine.model.weight[0, 0] = float("nan")
     assert engine_nonfinite_state(engine)[0] == ["weight"]
+
+
+def test_an_engine_answering_nonfinite_state_itself_is_asked_first():
+    """An engine whose optimizer is not a ``torch.optim.Optimizer`` (verl-megatron's) answers through
+    ``nonfinite_state()``; its ``.model`` is then not scanned a second time."""
+
+    class Engine:
+        model = torch.nn.Linear(2, 2)
+
+        def nonfinite_state(self):
+            return ("weight",), ["optimizer0.group0.param0.exp_avg"]
+
+    with torch.no_grad():
+        Engine.model.bias[0] = float("nan")  # what the engine's own answer leaves out is not added
+    assert engine_nonfinite_state(Engine()) == (["weight"], ["optimizer0.group0.param0.exp_avg"])
+
+
+def test_check_plain_data_names_the_offending_value():
+    import argparse
+
+    check_plain_data({"a": [1, 2.5, None, "s", b"b", torch.ones(2), torch.float32, torch.Size([2]), (True,)]}, "f")
+    with pytest.raises(TypeError, match=r"common\.pt: optimizer\.groups\[1\] is a Namespace"):
+        check_plain_data({"optimizer": {"groups": [{}, argparse.Namespace()]}}, "common.pt")
 
 
 def test_engine_state_files_round_trip_and_refuse_the_old_format(tmp_path):

@@ -40,6 +40,11 @@ class TrainingEngine(Protocol):
     Optional: ``weight_manifest(layout=None) -> [(hf_name, shape)]``, what :meth:`iter_weights` (with
     ``layout``) yields on this rank, without moving data; the weight sync lets the rollout check an update
     against it before anything is written.
+
+    Optional: ``nonfinite_state() -> (parameter names, optimizer-state names)``, the tensors of this rank holding
+    NaN/inf, for an engine whose module or optimizer is not at ``.model`` / ``.optimizer`` as a
+    ``torch.optim.Optimizer`` (:func:`verl.engines.safe_files.engine_nonfinite_state` asks it first; the workers
+    report it with every checkpoint and refuse a loaded checkpoint that has any).
     """
 
     def compute_log_prob(self, data: DataProto, *, calculate_entropy: bool = False) -> DataProto:

@@ -6,9 +6,10 @@ checkpoint folder (by model-written code, a shared disk, a downloaded checkpoint
 next resume. Nothing here unpickles arbitrary objects: safetensors files hold raw tensors and a JSON header,
 torch's weights-only loader rebuilds only tensors, containers and plain values, and JSON is JSON.
 
-Also here: the non-finite scan of loaded state (:func:`nonfinite_tensors`, :func:`engine_nonfinite_state`) and the
-checkpoint error classes shared by the engines, the workers and the trainer (the lower layer owns them so that the
-engines can raise them; :mod:`verl.trainer.checkpoint` re-exports them).
+Also here: the plain-data check (:func:`check_plain_data`), the non-finite scan of loaded state
+(:func:`nonfinite_tensors`, :func:`optimizer_tensors`, :func:`engine_nonfinite_state`) and the checkpoint error
+classes shared by the engines, the workers and the trainer (the lower layer owns them so that the engines can raise
+them; :mod:`verl.trainer.checkpoint` re-exports them). DCP files: :mod:`verl.engines.safe_dcp`.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ __all__ = [
     "CheckpointFileError",
     "LegacyCheckpointError",
     "NonFiniteCheckpointError",
+    "check_plain_data",
     "engine_nonfinite_state",
     "load_tensors",
     "load_weights_only",
     "nonfinite_tensors",
+    "optimizer_tensors",
     "read_json",
     "save_tensors",
     "save_weights_only",
@@ -209,7 +212,7 @@ def save_weights_only(path: str | os.PathLike[str], obj: Any) -> None:
     Raises:
         TypeError: ``obj`` holds an object other than tensors, dicts, lists, tuples and plain values.
     """
-    _check_plain(obj, os.fspath(path), "")
+    check_plain_data(obj, os.fspath(path))
     torch.save(obj, os.fspath(path))
 
 
@@ -231,6 +234,20 @@ def load_weights_only(path: str | os.PathLike[str]) -> Any:
         ) from exc
 
 
+def check_plain_data(obj: Any, where: str) -> None:
+    """Check that ``obj`` is plain data: tensors, dtypes, ``torch.Size``, ``None``, bool/int/float/str/bytes, and
+    dicts, lists and tuples of those (what torch's weights-only loader rebuilds without any allow-list widening).
+
+    Args:
+        obj: the value to check.
+        where: what holds it (a file, a key), named in the error.
+
+    Raises:
+        TypeError: ``obj`` holds anything else; names ``where`` and the key path of the offending value.
+    """
+    _check_plain(obj, where, "")
+
+
 def _check_plain(obj: Any, where: str, key: str) -> None:
     if obj is None or isinstance(obj, (bool, int, float, str, bytes, torch.Tensor, torch.dtype, torch.Size)):
         return
@@ -242,7 +259,7 @@ def _check_plain(obj: Any, where: str, key: str) -> None:
         for i, v in enumerate(obj):
             _check_plain(v, where, f"{key}[{i}]")
         return
-    raise TypeError(f"{where}: {key or 'the value'} is a {type(obj).__name__}; only tensors and plain data are saved")
+    raise TypeError(f"{where}: {key or 'the value'} is a {type(obj).__name__}; only tensors and plain data are allowed")
 
 
 # ---------------------------------------------------------------------- non-finite scan
@@ -275,28 +292,33 @@ def _all_finite(tensor: torch.Tensor) -> bool:
     return bool(torch.isfinite(tensor).all())
 
 
-def _optimizer_tensors(optimizer: Any) -> Iterable[tuple[str, Any]]:
+def optimizer_tensors(optimizer: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """``(name, value)`` of a ``torch.optim.Optimizer``'s per-parameter state (moments, step counts), named
+    ``{prefix}group{g}.param{p}.{key}`` by the parameter's place in ``param_groups``."""
     names = {}
     for gi, group in enumerate(getattr(optimizer, "param_groups", [])):
         for pi, param in enumerate(group.get("params", [])):
-            names[id(param)] = f"group{gi}.param{pi}"
+            names[id(param)] = f"{prefix}group{gi}.param{pi}"
     for param, state in getattr(optimizer, "state", {}).items():
         if isinstance(state, Mapping):
             for key, value in state.items():
-                yield f"{names.get(id(param), '?')}.{key}", value
+                yield f"{names.get(id(param), prefix + '?')}.{key}", value
 
 
 def engine_nonfinite_state(engine: Any) -> tuple[list[str], list[str]]:
     """``(parameter names, optimizer-state names)`` of ``engine`` holding NaN/inf, on this rank.
 
-    Looks at ``engine.model`` (the reference and FSDP engines) or ``engine.mm.base`` (Megatron) for the module and
-    at ``engine.optimizer`` when it is a ``torch.optim.Optimizer``; an engine exposing neither gives ``([], [])``.
+    An engine that defines ``nonfinite_state()`` answers itself (verl-megatron: its optimizer is Megatron's, not a
+    ``torch.optim.Optimizer``). Otherwise looks at ``engine.model`` for the module and at ``engine.optimizer`` when
+    it is a ``torch.optim.Optimizer`` (the reference and FSDP engines); an engine exposing neither gives ``([], [])``.
     Costs one summing pass over the weights and the optimizer moments (about 5 GB/s on the 2-vCPU dev box).
     """
+    own = getattr(engine, "nonfinite_state", None)
+    if callable(own):
+        params, optim = own()
+        return list(params), list(optim)
     module = getattr(engine, "model", None)
-    if not isinstance(module, torch.nn.Module):
-        module = getattr(getattr(engine, "mm", None), "base", None)
     params = nonfinite_tensors(module.named_parameters()) if isinstance(module, torch.nn.Module) else []
     optimizer = getattr(engine, "optimizer", None)
-    optim = nonfinite_tensors(_optimizer_tensors(optimizer)) if isinstance(optimizer, torch.optim.Optimizer) else []
+    optim = nonfinite_tensors(optimizer_tensors(optimizer)) if isinstance(optimizer, torch.optim.Optimizer) else []
     return params, optim
