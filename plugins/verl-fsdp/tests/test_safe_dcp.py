@@ -76,13 +76,27 @@ def test_planted_metadata_is_refused_before_it_runs(tmp_path):
         SafeFileSystemReader(str(tmp_path)).read_metadata()
 
 
+def test_planted_metadata_is_refused_by_name_through_the_whole_load(tmp_path):
+    """Through ``load``: torch's loader, when ``.metadata`` fails, falls back to per-rank metadata files and hides the
+    refusal in an ``AssertionError`` inside a ``CheckpointException`` (a ``BaseException``); the file is named."""
+    model, _ = _trained(0)
+    _save(tmp_path, {"model": model.state_dict()})
+    marker = tmp_path / "pwned"
+    (tmp_path / ".metadata").write_bytes(pickle.dumps(_Plant(marker)))
+    with pytest.raises(CheckpointFileError) as info:
+        load({"model": model.state_dict()}, tmp_path)
+    assert info.value.path == tmp_path / ".metadata"
+    assert not marker.exists()
+
+
 def test_planted_non_tensor_value_is_refused_before_it_runs(tmp_path):
     marker = tmp_path / "pwned"
     _save(tmp_path / "ckpt", {"w": torch.ones(2), "extra": _Plant(marker)})
     assert not marker.exists()
     state = {"w": torch.zeros(2), "extra": None}
-    with pytest.raises(CheckpointFileError, match="extra.*not plain data"):
+    with pytest.raises(CheckpointFileError, match="extra.*not plain data") as info:
         load(state, tmp_path / "ckpt")
+    assert info.value.path.parent == tmp_path / "ckpt" and info.value.path.suffix == ".distcp"  # the file holding it
     assert not marker.exists()
     dcp.load(state, checkpoint_id=str(tmp_path / "ckpt"))  # the stock loader: the planted value runs
     assert marker.exists()
