@@ -20,6 +20,8 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import pickle
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,20 @@ def weights(engine: Any) -> dict[str, torch.Tensor]:
     return {name: t.detach().cpu().clone() for name, t in engine.iter_weights()}
 
 
+def optimizer_tensors(engine: Any) -> dict[str, torch.Tensor]:
+    """Copies of every inner torch optimizer's main parameters and per-parameter state (moments, step), named
+    ``optimizer{i}.group{g}.param{p}[.key]`` by place."""
+    out = {}
+    for i, inner in enumerate(engine.mm._inner_optimizers()):
+        opt = inner.optimizer
+        for g, group in enumerate(opt.param_groups):
+            for p, param in enumerate(group["params"]):
+                out[f"optimizer{i}.group{g}.param{p}"] = param.detach().clone()
+                for key, value in opt.state.get(param, {}).items():
+                    out[f"optimizer{i}.group{g}.param{p}.{key}"] = torch.as_tensor(value).detach().clone()
+    return out
+
+
 def log_probs(engine: Any, data: Any, *, entropy: bool = False) -> dict[str, torch.Tensor]:
     out = engine.compute_log_prob(data, calculate_entropy=entropy)
     return {k: out.batch[k].detach().cpu().clone() for k in out.batch.keys()}
@@ -104,6 +120,7 @@ def _tp2_extras(make: Any, data: Any, loss_fn: Any, out: Path, res: dict) -> Non
     eng.train_batch(data, loss_fn)
     eng.save_checkpoint(out / "ckpt_tp2")
     res["ckpt_weights"] = weights(eng)
+    res["ckpt_optimizer"] = optimizer_tensors(eng)
     res["continued_metrics"] = eng.train_batch(data, loss_fn)
     res["continued_weights"] = weights(eng)
     eng.save_hf(out / "hf_tp2")
@@ -111,6 +128,8 @@ def _tp2_extras(make: Any, data: Any, loss_fn: Any, out: Path, res: dict) -> Non
     res["fresh_weights"] = weights(fresh)
     fresh.load_checkpoint(out / "ckpt_tp2")
     res["loaded_weights"] = weights(fresh)
+    res["loaded_optimizer"] = optimizer_tensors(fresh)
+    res["loaded_nonfinite"] = fresh.nonfinite_state()
     res["loaded_step"] = fresh.global_step
     res["resumed_metrics"] = fresh.train_batch(data, loss_fn)
     res["resumed_weights"] = weights(fresh)
@@ -163,8 +182,19 @@ def run(out: Path, layout: str, model: str, other: str) -> None:
     dist.destroy_process_group()
 
 
+class Plant:
+    """Unpickling this creates the file ``marker`` (the stand-in for code planted in a checkpoint)."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.marker, "w"))
+
+
 def export(out: Path, ckpt: str, model: str) -> None:
-    """World-1 checks on the TP=2 checkpoint ``ckpt``: layout refusal, TP=1 forward-only load, merge_to_hf."""
+    """World-1 checks on the TP=2 checkpoint ``ckpt``: layout refusal, TP=1 forward-only load, merge_to_hf, and
+    merge_to_hf of a copy whose DCP ``.metadata`` is a planted pickle."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
     from verl_megatron.checkpoint import merge_to_hf
@@ -190,6 +220,15 @@ def export(out: Path, ckpt: str, model: str) -> None:
     ps.destroy_model_parallel()
     dist.destroy_process_group()
     res["merged"] = str(merge_to_hf(ckpt, model, out / "merged_tp2"))
+    planted, marker = out / "ckpt_tp2_planted", out / "export_planted_ran"
+    shutil.copytree(ckpt, planted)
+    (planted / "dist_ckpt" / ".metadata").write_bytes(pickle.dumps(Plant(marker)))
+    try:
+        merge_to_hf(planted, model, out / "merged_planted")
+        res["planted_error"] = None
+    except BaseException as exc:  # whatever the planted file gives (DCP's CheckpointException is a BaseException)
+        res["planted_error"] = f"{type(exc).__name__}: {exc}"
+    res["planted_ran"] = marker.exists()
     torch.save(res, out / "export.pt")
 
 

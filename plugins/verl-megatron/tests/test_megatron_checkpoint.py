@@ -1,4 +1,6 @@
-"""Megatron checkpoints at TP=2 on 2 gloo ranks: dist_checkpointing resume, layout refusal, merge_to_hf, save_hf.
+"""Megatron checkpoints at TP=2 on 2 gloo ranks: dist_checkpointing resume, layout refusal, merge_to_hf, save_hf
+(reading through :mod:`verl_megatron.safe_dist_ckpt`; the planted-file tests are in
+``test_megatron_safe_checkpoint.py``).
 
 The TP=2 launch (``megatron_scenarios._tp2_extras``) trains one step, saves ``ckpt_tp2`` and continues one step;
 a fresh engine built from another model (other initial weights) loads the checkpoint and takes the same step.
@@ -29,6 +31,12 @@ def test_resume_from_dist_checkpoint_equals_continuing(megatron_launch):
         moved = max(float((res["fresh_weights"][k] - v).abs().max()) for k, v in res["ckpt_weights"].items())
         assert moved > 1e-2, f"rank {rank}: the fresh engine starts from the checkpoint's weights; nothing is proven"
         assert_weights_close(res["loaded_weights"], res["ckpt_weights"], atol=0.0, what=f"rank {rank}: loaded")
+        # The optimizer exactly as saved: main params, AdamW moments and step counts of every inner optimizer.
+        assert res["loaded_optimizer"].keys() == res["ckpt_optimizer"].keys()
+        assert any(k.endswith(".exp_avg_sq") for k in res["ckpt_optimizer"]), sorted(res["ckpt_optimizer"])
+        for key, want in res["ckpt_optimizer"].items():
+            assert torch.equal(res["loaded_optimizer"][key], want), f"rank {rank}: {key}"
+        assert res["loaded_nonfinite"] == ([], []), f"rank {rank}: a healthy checkpoint reported non-finite"
         assert res["loaded_step"] == 1
         # Equal next steps need AdamW's moments and step counts and the LR schedule (step 2 of the warm-up), not
         # just the weights: a lost schedule restarts at the warm-up's lr 0 and the weights would not move.
@@ -71,6 +79,16 @@ def test_merge_to_hf_gives_the_weights_at_save_time(megatron_export, megatron_la
     _, ranks = megatron_launch("tp2")
     merged = _hf_state(res["merged"])
     assert_weights_close(merged, ranks[0]["ckpt_weights"], atol=0.0, what="merge_to_hf of the TP=2 checkpoint")
+
+
+def test_export_of_a_planted_checkpoint_runs_nothing(megatron_export):
+    """``verl export`` (``merge_to_hf``) of a checkpoint whose DCP ``.metadata`` is a pickle that creates a file: the
+    file is refused by name and the pickle never runs (megatron-core's own reader is a plain ``pickle.load``)."""
+    _, res = megatron_export
+    assert not res["planted_ran"], "the planted .metadata ran during verl export"
+    error = res["planted_error"]
+    assert error is not None and error.startswith("CheckpointFileError"), error
+    assert "ckpt_tp2_planted/dist_ckpt/.metadata" in error and "io.open is not allowed" in error, error
 
 
 def test_save_hf_on_two_ranks(megatron_launch):

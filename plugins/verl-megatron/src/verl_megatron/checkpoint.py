@@ -11,6 +11,10 @@ read its shards, so the model loads under another tensor / pipeline layout too; 
 refused on another layout (its shards are per layout unless Megatron's fully reshardable format is used,
 which is not built), with that reason. ``verl export`` (:func:`merge_to_hf`) loads the model shards into a
 one-process TP=1 copy and writes a HF folder.
+
+Both read through :mod:`verl_megatron.safe_dist_ckpt`: megatron-core's own loaders would unpickle ``.metadata`` and
+the shards' non-tensor values as arbitrary objects; those loaders admit only data and name a refused file. The
+workers refuse loaded weights and optimizer state holding NaN/inf through the engine's ``nonfinite_state()``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from verl.engines.safe_files import read_json
 
 MANIFEST = "verl_megatron.json"
 DIST = "dist_ckpt"
@@ -115,22 +121,26 @@ def read_manifest(folder: Any) -> dict[str, Any]:
 
     Raises:
         FileNotFoundError: not a verl-megatron checkpoint (names what is there).
+        CheckpointFileError: ``verl_megatron.json`` is not valid JSON (truncated?) or not an object.
     """
     path = Path(folder) / MANIFEST
     if not path.is_file() or not (Path(folder) / DIST).is_dir():
         have = sorted(p.name for p in Path(folder).iterdir()) if Path(folder).is_dir() else "no such folder"
         raise FileNotFoundError(f"{folder} is not a verl-megatron checkpoint (no {MANIFEST} + {DIST}/; found {have})")
-    return json.loads(path.read_text())
+    return read_json(path)
 
 
 def load(engine: Any, folder: Any) -> None:
     """Restore :func:`save` output into ``engine`` (collective).
 
+    Every file is read as data (:mod:`verl_megatron.safe_dist_ckpt`).
+
     Raises:
         FileNotFoundError: not a verl-megatron checkpoint.
         ValueError: optimizer state written under another parallel layout.
+        CheckpointFileError: a file that is not data (a planted pickle), missing, truncated or corrupt (names it).
     """
-    from megatron.core import dist_checkpointing
+    from verl_megatron import safe_dist_ckpt
 
     info = read_manifest(folder)
     layout = {k: v for k, v in engine.mm.layout_key().items() if k != "rank"}
@@ -146,7 +156,7 @@ def load(engine: Any, folder: Any) -> None:
         if engine.trainable:
             _ensure_optimizer_state(engine)
         template = _sharded(engine, is_loading=True)
-        loaded = dist_checkpointing.load(template, str(Path(folder) / DIST))
+        loaded = safe_dist_ckpt.load(template, Path(folder) / DIST)
         engine.mm.base.load_state_dict(loaded["model"], strict=False)
         if engine.trainable:
             engine.mm.optimizer.load_state_dict(loaded["optimizer"])
@@ -197,6 +207,7 @@ def merge_to_hf(actor_folder: Any, hf_source: Any, out_folder: Any) -> Path:
     Raises:
         FileNotFoundError: not a verl-megatron checkpoint.
         RuntimeError: a torch.distributed group already exists in this process (export runs alone).
+        CheckpointFileError: a file that is not data, missing, truncated or corrupt (names it).
     """
     import os
 
@@ -213,12 +224,10 @@ def merge_to_hf(actor_folder: Any, hf_source: Any, out_folder: Any) -> Path:
         hf_source, EngineSettings(), options=MegatronEngineOptions(dtype="float32"), device="cpu", load_weights=False
     )
     try:
-        from megatron.core import dist_checkpointing
+        from verl_megatron import safe_dist_ckpt
 
         with engine.mm.compat():
-            loaded = dist_checkpointing.load(
-                {"model": engine.mm.base.sharded_state_dict()}, str(Path(actor_folder) / DIST)
-            )
+            loaded = safe_dist_ckpt.load({"model": engine.mm.base.sharded_state_dict()}, Path(actor_folder) / DIST)
         engine.mm.base.load_state_dict(loaded["model"], strict=False)
         write_hf(engine, out_folder)
     finally:

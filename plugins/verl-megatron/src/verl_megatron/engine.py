@@ -379,6 +379,26 @@ class MegatronTrainingEngine:
         self.onload()
         checkpoint.load(self, folder)
 
+    def nonfinite_state(self) -> tuple[list[str], list[str]]:
+        """``(parameter names, optimizer-state names)`` holding NaN/inf on this rank (what the workers report with a
+        checkpoint and refuse after loading one): the Megatron module's parameters and, when trainable, each inner
+        optimizer's main parameters (the fp32 shards of the distributed optimizer), moments and step counts, named
+        ``optimizer{i}.group{g}.param{p}[.key]``."""
+        from verl.engines.safe_files import nonfinite_tensors, optimizer_tensors
+
+        params = nonfinite_tensors(self.mm.base.named_parameters())
+        optim: list[str] = []
+        for i, inner in enumerate(self.mm._inner_optimizers() if self.trainable else []):
+            torch_opt = getattr(inner, "optimizer", None)
+            if torch_opt is None:
+                continue
+            groups = enumerate(torch_opt.param_groups)
+            optim += nonfinite_tensors(
+                (f"optimizer{i}.group{g}.param{p}", t) for g, group in groups for p, t in enumerate(group["params"])
+            )
+            optim += nonfinite_tensors(optimizer_tensors(torch_opt, prefix=f"optimizer{i}."))
+        return params, optim
+
     def save_hf(self, path: Any, tokenizer: Any = None) -> None:
         """Gather the full weights and write a HF folder on rank 0 (collective)."""
         from verl_megatron import checkpoint
