@@ -104,3 +104,26 @@ def test_fault_injection_sends_the_signal_at_its_stage(stops):
         assert info.value.signum == signal.SIGTERM
     finally:
         faults.arm({})
+
+
+def test_a_second_signal_mid_save_abandons_that_checkpoint_and_keeps_the_last_one(stops, tmp_path):
+    """The trainer holds stops while a checkpoint is written. A first signal waits; a second one stops at once,
+    inside the save: the save's own clean-up removes the temp folder and the previous checkpoint stays tracked."""
+    from verl.trainer.checkpoint import TRACKER_FILE, CheckpointManager
+
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, {"data.pt": {"step": 1}})
+
+    def actor_part(path):
+        path.mkdir()
+        (path / "weights.bin").write_bytes(b"x" * 1024)
+        _send(signal.SIGTERM)  # recorded: the save goes on
+        _send(signal.SIGTERM)  # the second: StopRequested, raised inside the write
+
+    stops.hold("checkpoint global_step_2 is saved")
+    with pytest.raises(StopRequested):
+        manager.save(2, {"actor": actor_part, "data.pt": {"step": 2}})
+    stops.discard()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_1", TRACKER_FILE]
+    assert (tmp_path / TRACKER_FILE).read_text() == "1"
+    assert CheckpointManager(tmp_path).latest() == (1, tmp_path / "global_step_1")
