@@ -53,7 +53,9 @@ def _finished_run(run: Path) -> None:
     before loading anything."""
     (run / "checkpoints" / "global_step_1").mkdir(parents=True)
     (run / "checkpoints" / TRACKER_FILE).write_text("1")
-    (run / "metrics.jsonl").write_text('{"step": 1, "val-core/openai/gsm8k/acc/mean@1": 0.0, "timing_s/testing": 1.0}\n')
+    (run / "metrics.jsonl").write_text(
+        '{"step": 1, "val-core/openai/gsm8k/acc/mean@1": 0.0, "timing_s/testing": 1.0}\n'
+    )
     (run / "final_hf").mkdir()
 
 
