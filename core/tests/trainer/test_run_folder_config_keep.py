@@ -49,9 +49,13 @@ def test_no_earlier_file_or_an_unreadable_one(tmp_path):
 
 
 def _finished_run(run: Path) -> None:
-    """A run folder whose single step is checkpointed and exported: `verl train` stops before loading anything."""
+    """A run folder whose single step is checkpointed, logged with its validation and exported: `verl train` stops
+    before loading anything."""
     (run / "checkpoints" / "global_step_1").mkdir(parents=True)
     (run / "checkpoints" / TRACKER_FILE).write_text("1")
+    (run / "metrics.jsonl").write_text(
+        '{"step": 1, "val-core/openai/gsm8k/acc/mean@1": 0.0, "timing_s/testing": 1.0}\n'
+    )
     (run / "final_hf").mkdir()
 
 
