@@ -77,8 +77,8 @@ def _already_finished(cfg, run_dir: Path) -> Path | None:
     """With a fixed step count and ``resume_mode=auto``, a finished run is known from the tracker file and
     ``metrics.jsonl``: say so without loading data, model or checkpoint; returns its last checkpoint.
 
-    Finished = the last step's checkpoint exists and, with the ``file`` logger, that step's row holds its
-    validation (``timing_s/testing``) when one was due. Otherwise ``None``: the trainer resumes and runs what is
+    Finished = the last step's checkpoint exists and verifies (its manifest), and, with the ``file`` logger, that
+    step's row holds its validation (``timing_s/testing``) when one was due. Otherwise ``None``: the trainer resumes and runs what is
     missing (:meth:`verl.trainer.ppo_trainer.PPOTrainer.fit`).
     """
     total = cfg.trainer.total_training_steps
@@ -88,6 +88,13 @@ def _already_finished(cfg, run_dir: Path) -> Path | None:
 
     latest = CheckpointManager(cfg.trainer.default_local_dir).latest()
     if latest is None or latest[0] < total:
+        return None
+    from verl.trainer.checkpoint import CheckpointError
+    from verl.trainer.checkpoint_manifest import verify_checkpoint
+
+    try:  # a damaged or old-format last checkpoint is no finished run: the trainer's resume reports or skips it
+        verify_checkpoint(latest[1])
+    except CheckpointError:
         return None
     if "file" in cfg.trainer.logger and cfg.data.val_files and cfg.trainer.test_freq > 0:
         from verl.trainer.trackers.file_backend import METRICS_FILE, read_rows
@@ -245,7 +252,7 @@ def _run(args: argparse.Namespace, stops) -> int:
     from verl.plugins import PluginError
     from verl.rewards.errors import RewardFunctionError
     from verl.trainer import faults
-    from verl.trainer.checkpoint import CheckpointSaveError
+    from verl.trainer.checkpoint import CheckpointError, CheckpointSaveError
     from verl.trainer.guards import NonFiniteStepsError
     from verl.trainer.ppo_trainer import PPOTrainer
     from verl.trainer.stops import exit_status
@@ -286,6 +293,9 @@ def _run(args: argparse.Namespace, stops) -> int:
             if args.verbose:
                 raise
             print(f"error: {exc}", file=sys.stderr)
+            if isinstance(exc.__cause__, CheckpointError):  # a worker refused its checkpoint part: no resume point
+                print("verl train: the checkpoint was refused; nothing was trained", file=sys.stderr)
+                return 2
             print(f"verl train: {_resume_hint(cfg, trainer)}", file=sys.stderr)
             return 1
         except (NonFiniteStepsError, RewardFunctionError, DynamicSamplingError) as exc:
@@ -310,6 +320,13 @@ def _run(args: argparse.Namespace, stops) -> int:
                 file=sys.stderr,
             )
             return 1
+        except CheckpointError as exc:
+            # Resume refused a checkpoint (damaged, old pickle format, non-finite, a state file that does not fit
+            # this run): the message names the file and the way out; nothing was trained.
+            if args.verbose:
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     except KeyboardInterrupt as exc:  # SIGINT / SIGTERM (verl.trainer.stops): no traceback, the resume point
         signum = getattr(exc, "signum", signal.SIGINT)
         exit_code = exit_status(signum)

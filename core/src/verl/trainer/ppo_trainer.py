@@ -88,6 +88,7 @@ class PPOTrainer(StepStages, ValidationLoop):
         self.already_finished = False  # set by fit() when a resumed run had no step left
         self.validation_history: list[dict[str, Any]] = []
         self.nonfinite_guard = NonFiniteStepGuard(config.trainer.max_nonfinite_steps)
+        self._updates_at_checkpoint = (0, 0)  # the guard's (applied, skipped) counts at the last save / resume
         self.stops = stops if stops is not None else StopSignals()
         self.set_aside: list[tuple[Path, Path]] = []  # an earlier run's outputs renamed by init()
         self.off_policy: Any = None  # the one-step off-policy pipeline (async_training.staleness_threshold=1)
@@ -313,7 +314,7 @@ class PPOTrainer(StepStages, ValidationLoop):
         if self.critic_wg is not None:  # verl's layout: global_step_N/critic beside .../actor
             parts["critic"] = lambda path: save_role(self.critic_wg, path)
         guard = self.nonfinite_guard
-        applied0, skipped0 = getattr(self, "_updates_at_checkpoint", (0, 0))  # since the last save / resume
+        applied0, skipped0 = self._updates_at_checkpoint  # since the last save / resume
 
         def health() -> CheckpointHealth:
             nonfinite = sorted(f"rank{r.get('rank', '?')}:{n}" for r in reports for n in r.get("nonfinite", []))
