@@ -12,7 +12,7 @@ around the calling process and returns inside it, in a new process that is PID 1
 3. ``fork``: the child is PID 1 of the new PID namespace (when it exits, the kernel kills every process left in
    it); the parent stays outside, waits for it and exits with its status;
 4. in PID 1: a new ``/proc``, ``pivot_root`` into the new root, the old root detached, every mount read-only
-   but ``/tmp``, the host name ``sandbox``; when the trainer is root, the host uid/gid 65534 (``setresuid``) and
+   but ``/tmp``, the host name ``sandbox``, the namespace's own loopback interface up; when the trainer is root, the host uid/gid 65534 (``setresuid``) and
    then a user namespace of its own (so ``RLIMIT_NPROC`` counts this box's processes only); no further user
    namespaces (``user.max_user_namespaces = 0`` inside); an empty capability set (bounding, ambient,
    permitted, effective, inheritable); ``no_new_privs``; a new session keyring; ``PR_SET_PDEATHSIG``.
@@ -25,9 +25,12 @@ the error; nothing of the model's runs then.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import platform
 import signal
+import socket
+import struct
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -55,6 +58,9 @@ PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 KEYCTL_JOIN_SESSION_KEYRING = 1
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
 
 #: System call numbers without a libc wrapper, per ``platform.machine()``.
 SYSCALLS = {
@@ -210,6 +216,18 @@ def _drop_capabilities() -> None:
     _check(_libc.capset(header, data), "capset(all zero)")
 
 
+def _loopback_up() -> None:
+    """Bring up ``lo`` in the new network namespace (as bubblewrap does): the box's own 127.0.0.1 works, and
+    is not the host's."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, request))[1]
+        try:
+            fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+        except OSError as exc:
+            raise BoxError(exc.errno, f"bring up the loopback interface: {exc.strerror}") from None
+
+
 def _wait_and_mirror(pid: int) -> None:
     """Outside the box: wait for PID 1 and end this process the same way (exit status or signal)."""
     _, status = os.waitpid(pid, 0)
@@ -268,6 +286,7 @@ def _become_pid1(root: str, layout: dict, uid: int, gid: int, as_root: bool, lif
     _remount_read_only(writable)
     os.chdir(layout["chdir"])
     _check(_libc.sethostname(b"sandbox", ctypes.c_size_t(7)), "sethostname")
+    _loopback_up()
     if as_root:
         os.setgroups([])
         os.setresgid(gid, gid, gid)
