@@ -55,6 +55,7 @@ from verl.tools.schemas import ToolResponse
 __all__ = ["CodeInterpreterTool", "format_result"]
 
 logger = logging.getLogger(__name__)
+_LOGGED: set[str] = set()
 
 #: config key -> default (``tool_timeout`` None: see :class:`CodeInterpreterTool`).
 CONFIG_DEFAULTS: dict[str, Any] = {
@@ -189,8 +190,11 @@ class CodeInterpreterTool(BaseTool):
             else _positive(tool_timeout, "CodeInterpreterTool config.tool_timeout")
         )
         self._warned: set[str] = set()
-        log = logger.warning if self.isolation.mode == "unsafe_none" else logger.info
-        log("code_interpreter: %s", self.isolation.describe())
+        description = self.isolation.describe()
+        if description not in _LOGGED:  # the tools are built up to three times per run (check, print, use)
+            _LOGGED.add(description)
+            log = logger.warning if self.isolation.mode == "unsafe_none" else logger.info
+            log("code_interpreter: %s", description)
 
     async def execute(
         self, instance_id: str, parameters: dict[str, Any], **kwargs: Any

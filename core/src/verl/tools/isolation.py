@@ -35,6 +35,7 @@ __all__ = [
     "MODES",
     "Isolation",
     "IsolationUnavailableError",
+    "box_unavailable_reason",
     "diagnose_user_namespaces",
     "resolve_isolation",
 ]
@@ -89,8 +90,12 @@ class Isolation:
         )
 
 
-def diagnose_user_namespaces(proc_sys: str = _PROC_SYS) -> list[str]:
-    """The kernel settings on this machine that refuse user namespaces, each with its fix (empty: none found)."""
+def diagnose_user_namespaces(proc_sys: str | None = None) -> list[str]:
+    """The kernel settings that refuse user namespaces, each with its fix (empty: none found).
+
+    ``proc_sys``: the sysctl tree to read (None: this machine's ``/proc/sys``).
+    """
+    proc_sys = proc_sys or _PROC_SYS
     found = []
     checks = (
         ("user/max_user_namespaces", "0", "user.max_user_namespaces = 0", "sysctl -w user.max_user_namespaces=15000"),
@@ -214,3 +219,13 @@ def resolve_isolation(mode: str, python: str | None) -> Isolation:
         "isolation: unsafe_none in the tool's config (the code then runs as the trainer's user and can read and "
         "write the trainer's files, including checkpoints)."
     )
+
+
+def box_unavailable_reason() -> str | None:
+    """Why the default (``isolation: auto``, the trainer's interpreter) cannot build a box here; None when it
+    can. For callers that must decide before building a tool (tests skip with this reason)."""
+    try:
+        resolve_isolation("auto", None)
+    except IsolationUnavailableError as exc:
+        return str(exc)
+    return None
