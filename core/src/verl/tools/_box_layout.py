@@ -157,7 +157,18 @@ def dedicated_interpreter(python: str) -> Interpreter:
     return Interpreter(executable=executable, roots=roots, hidden=hidden, packages=True, version=info["version"])
 
 
+#: Folders the box makes itself: an interpreter installed under one of them would be covered.
+BOX_OWN = ("/tmp", "/proc", "/dev", "/.verl")
+
+
 def _check_inside(executable: str, roots: tuple[str, ...], what: str) -> None:
+    for root in roots:
+        covered = next((own for own in BOX_OWN if _under(root, own)), None)
+        if covered:
+            raise ValueError(
+                f"{what}: its installation folder {root} is under {covered}, which the box replaces with its own "
+                f"(the call's folder for /tmp); install the interpreter elsewhere, e.g. under /opt"
+            )
     visible = roots + _bound_system() + tuple(d for d in SYSTEM_DIRS if os.path.isdir(d))
     for path in (executable, os.path.realpath(executable)):
         if not any(_under(path, r) for r in visible):
