@@ -6,7 +6,8 @@ environment and the file descriptors it inherits:
 
 * ``unsafe_none``: ``python -I -u _sandbox_child.py SETTINGS`` in ``work/`` (the child does what it can alone);
 * ``namespaces``: the same command with the interpreter of the box and the box's layout in ``SETTINGS`` (the
-  child builds the box, :mod:`verl.tools._sandbox_ns`);
+  child builds the box, :mod:`verl.tools._sandbox_ns`); ``-S`` (no ``site``) when the box shows the standard
+  library only;
 * ``bubblewrap``: ``bwrap <namespaces, layout> -- python -I -u /.verl/_sandbox_child.py SETTINGS``; the child
   script, its two helpers and ``code.py`` are copied into the box read-only by bwrap from descriptors the
   trainer opened (``--ro-bind-data``), so they need not be reachable by the box's uid. As root, the trainer
@@ -158,6 +159,12 @@ def _bwrap_argv(isolation: Isolation, folder: CallFolder, data_fds: dict[str, in
     return argv
 
 
+def _flags(isolation: Isolation) -> list[str]:
+    # Standard library only: no site module either (its folders are hidden anyway, and in namespaces mode it would
+    # run the interpreter's .pth files on the host before the box exists).
+    return ["-I", "-u"] if isolation.interpreter.packages else ["-I", "-S", "-u"]
+
+
 def build_launch(
     isolation: Isolation, limits: Any, folder: CallFolder, report_fd: int, data_fds: dict[str, int]
 ) -> Launch:
@@ -172,7 +179,7 @@ def build_launch(
         box = system_layout(isolation.interpreter)
         box.update(root=os.path.join(folder.root, "box"), rw_binds=[[folder.work, BOX_TMP]], chdir=BOX_TMP)
         settings.update(code_path=folder.code, limits_path=str(LIMITS), ns_path=str(NS), layout=box)
-        argv = [isolation.interpreter.executable, "-I", "-u", str(CHILD), json.dumps(settings)]
+        argv = [isolation.interpreter.executable, *_flags(isolation), str(CHILD), json.dumps(settings)]
         return Launch(argv=argv, env=environment(BOX_TMP), cwd=folder.work, pass_fds=(report_fd,))
     settings.update(
         code_path=f"{BOX_FILES}/code.py",
@@ -181,7 +188,12 @@ def build_launch(
         bwrap_applied=["bubblewrap", *_BWRAP_NAMESPACES, "die_with_parent"]
         + (["no_nested_user_namespaces"] if isolation.disable_userns else []),
     )
-    child = [isolation.interpreter.executable, "-I", "-u", f"{BOX_FILES}/_sandbox_child.py", json.dumps(settings)]
+    child = [
+        isolation.interpreter.executable,
+        *_flags(isolation),
+        f"{BOX_FILES}/_sandbox_child.py",
+        json.dumps(settings),
+    ]
     argv = _bwrap_argv(isolation, folder, data_fds) + ["--", *child]
     drop = isolation.drops_to_box_uid
     return Launch(
