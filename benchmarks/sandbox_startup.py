@@ -45,7 +45,17 @@ def build(isolation: str, python: str | None) -> tuple[CodeInterpreterTool | Non
         tool = CodeInterpreterTool(config)
     except (IsolationUnavailableError, ValueError) as exc:
         return None, 0.0, str(exc).splitlines()[-1] if "\n" not in str(exc) else str(exc).splitlines()[1].strip()
-    return tool, time.perf_counter() - start, tool.isolation.describe()
+    return tool, time.perf_counter() - start, _note(tool, python)
+
+
+def _note(tool: CodeInterpreterTool, python: str | None) -> str:
+    """The isolation and the interpreter, without this machine's paths (the default interpreter is named by role)."""
+    iso = tool.isolation
+    if iso.mode == "unsafe_none":
+        return f"no box, {python} with its packages" if python else "no box, the trainer's interpreter and packages"
+    what = "with its packages" if iso.interpreter.packages else "standard library only"
+    where = python or "the trainer's base interpreter"
+    return f"{iso.mode} box, Python {iso.interpreter.version} ({where}, {what})"
 
 
 async def one_call(tool: CodeInterpreterTool) -> float:
