@@ -6,7 +6,7 @@ Sides: ``unsafe_none`` (the path every call took before the box: a ``python -I``
 network namespace, sets rlimits and an audit hook), ``namespaces`` (the box built by the child with the
 kernel's namespaces) and ``bubblewrap`` (the box built by bwrap). Each box side runs the interpreter its default
 resolves to (the trainer's base interpreter); where bubblewrap cannot use it (the trainer is root and the
-interpreter lives in a folder uid 65534 cannot enter, e.g. pyenv under /root) it runs ``--fallback-python``
+interpreter lives in a folder uid 65534 cannot enter, e.g. pyenv in root's home) it runs ``--fallback-python``
 instead, and ``unsafe_none`` is measured with that interpreter too, so each ratio compares one interpreter.
 
 Per side: the tool is built once (that time includes the box's one probe per process), three warm-up calls are

@@ -13,7 +13,7 @@ import pytest
 from verl.tools.isolation import IsolationUnavailableError, resolve_isolation
 
 #: A system interpreter every user can read: the bubblewrap box needs one when the trainer runs as root and its
-#: own interpreter lives in a private folder (pyenv under /root), since bwrap then runs as uid 65534.
+#: own interpreter lives in a private folder (pyenv in root's home), since bwrap then runs as uid 65534.
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
