@@ -416,3 +416,22 @@ def test_one_tool_shared_by_event_loops_in_several_threads(usable):
     for t in threads:
         t.join(30)
     assert results == {w: [f"{w * 10 + i}\n" for i in range(3)] for w in range(3)}
+
+
+def test_the_call_folder_goes_whatever_the_program_did_to_it(tmp_path):
+    """A folder without permissions and links out of the tree: all removed, nothing outside touched (the retry
+    path runs when the trainer is not root; root removes it in one pass)."""
+    from verl.tools._box_launch import _remove_tree
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    outside.chmod(0o600)
+    tree = tmp_path / "call"
+    (tree / "work" / "locked" / "deeper").mkdir(parents=True)
+    (tree / "work" / "locked" / "link").symlink_to(outside)
+    (tree / "work" / "locked" / "deeper" / "f").write_text("x")
+    (tree / "work" / "locked" / "deeper").chmod(0)
+    (tree / "work" / "locked").chmod(0o500)
+    _remove_tree(str(tree))
+    assert not tree.exists()
+    assert outside.read_text() == "keep" and (outside.stat().st_mode & 0o777) == 0o600

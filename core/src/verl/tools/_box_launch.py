@@ -97,10 +97,14 @@ def _remove_tree(path: str) -> None:
 
     def retry(func: Any, target: str, _exc: Any) -> None:
         with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(target), stat.S_IRWXU)
-            os.chmod(target, stat.S_IRWXU)
+            for path in (os.path.dirname(target), target):
+                if not os.path.islink(path):  # chmod follows links: never onto whatever the program linked to
+                    os.chmod(path, stat.S_IRWXU)
         with contextlib.suppress(OSError):
-            func(target)
+            if func in (os.rmdir, os.unlink, os.remove):
+                func(target)
+            elif os.path.isdir(target) and not os.path.islink(target):  # it could not be opened or listed
+                shutil.rmtree(target, ignore_errors=True)
 
     shutil.rmtree(path, onerror=retry)  # onexc is 3.12+; onerror still works there
 
