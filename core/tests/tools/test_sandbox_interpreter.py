@@ -82,3 +82,15 @@ def test_an_interpreter_under_tmp_is_refused_by_name(call_root):
     subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, timeout=120)
     with pytest.raises(ValueError, match=rf"its installation folder {venv} is under /tmp, which the box replaces"):
         CodeInterpreterTool({"timeout": 5, "isolation": "namespaces", "python": str(venv / "bin" / "python")})
+
+
+def test_a_trainer_path_that_holds_the_system_or_the_interpreter_is_not_hidden(monkeypatch, tmp_path):
+    from verl.tools import _box_layout
+
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    monkeypatch.syspath_prepend("/usr")  # e.g. PYTHONPATH=/usr: hiding it would empty the box
+    monkeypatch.syspath_prepend(os.path.dirname(stdlib))
+    hidden = _box_layout.trainer_interpreter().hidden
+    assert "/usr" not in hidden
+    assert not any(base.startswith(h + "/") or stdlib.startswith(h + "/") or stdlib == h for h in hidden)

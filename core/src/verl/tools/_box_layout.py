@@ -111,9 +111,14 @@ def trainer_code_dirs() -> set[str]:
     return _real_dirs(candidates) - _stdlib_dirs()
 
 
-def _hidden(candidates: set[str], roots: tuple[str, ...]) -> tuple[str, ...]:
+def _hidden(candidates: set[str], roots: tuple[str, ...], keep: Iterable[str]) -> tuple[str, ...]:
+    """The candidates inside a bound folder, except one that would cover a bound folder itself or a path of
+    ``keep`` (the interpreter and its standard library: a ``PYTHONPATH=/usr`` must not empty the box)."""
     visible = roots + _bound_system()
-    return _outermost(d for d in candidates if any(_under(d, r) for r in visible))
+    kept = [os.path.realpath(p) for p in keep]
+    return _outermost(
+        d for d in candidates if any(_under(d, r) and d != r for r in visible) and not any(_under(k, d) for k in kept)
+    )
 
 
 def trainer_interpreter() -> Interpreter:
@@ -125,7 +130,7 @@ def trainer_interpreter() -> Interpreter:
     base_site = (
         site.getsitepackages([sys.base_prefix, sys.base_exec_prefix]) if hasattr(site, "getsitepackages") else []
     )
-    hidden = _hidden(trainer_code_dirs() | _real_dirs(base_site), roots)
+    hidden = _hidden(trainer_code_dirs() | _real_dirs(base_site), roots, [executable, *_stdlib_dirs()])
     version = ".".join(map(str, sys.version_info[:3]))
     _check_inside(executable, roots, "the trainer's base interpreter")
     return Interpreter(executable=executable, roots=roots, hidden=hidden, packages=False, version=version)
@@ -151,8 +156,8 @@ def dedicated_interpreter(python: str) -> Interpreter:
         return trainer_interpreter()
     roots = tuple(r for r in _outermost(prefixes) if not any(_under(r, s) for s in _bound_system()))
     own = _real_dirs(info["path"]) | _real_dirs(info["site"])
-    hidden = _hidden(trainer_code_dirs() - own, roots)
     executable = os.path.abspath(info["executable"])
+    hidden = _hidden(trainer_code_dirs() - own, roots, [executable, *own])
     _check_inside(executable, roots, f"config.python={python!r}")
     return Interpreter(executable=executable, roots=roots, hidden=hidden, packages=True, version=info["version"])
 
