@@ -20,6 +20,7 @@ or site-packages, ``/etc/shadow``, ``/sys``, other users' files.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import site
@@ -136,6 +137,17 @@ def trainer_interpreter() -> Interpreter:
     return Interpreter(executable=executable, roots=roots, hidden=hidden, packages=False, version=version)
 
 
+@functools.lru_cache(maxsize=16)
+def _ask(python: str) -> dict:
+    """What ``python`` says about its installation (run once per path and process)."""
+    try:
+        out = subprocess.run([python, "-I", "-c", _ASK], capture_output=True, text=True, timeout=60, check=True)
+        return json.loads(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        detail = getattr(exc, "stderr", "") or exc
+        raise ValueError(f"config.python={python!r} did not answer as a Python interpreter: {detail}") from None
+
+
 def dedicated_interpreter(python: str) -> Interpreter:
     """A dedicated interpreter (config ``python``): its prefixes visible with their packages.
 
@@ -145,12 +157,7 @@ def dedicated_interpreter(python: str) -> Interpreter:
     Raises:
         ValueError: ``python`` does not run, or lives outside the folders it reports as its installation.
     """
-    try:
-        out = subprocess.run([python, "-I", "-c", _ASK], capture_output=True, text=True, timeout=60, check=True)
-        info = json.loads(out.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        detail = getattr(exc, "stderr", "") or exc
-        raise ValueError(f"config.python={python!r} did not answer as a Python interpreter: {detail}") from None
+    info = _ask(python)
     prefixes = _real_dirs(info["prefixes"])
     if os.path.realpath(sys.prefix) in _real_dirs(info["prefixes"][:1]):
         return trainer_interpreter()

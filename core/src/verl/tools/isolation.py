@@ -19,6 +19,7 @@ missing and how to fix it.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -165,6 +166,7 @@ def _probe(isolation: Isolation) -> str | None:
         return reason
 
 
+@functools.cache
 def _bwrap_has_disable_userns(bwrap: str) -> bool:
     try:
         out = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
@@ -226,6 +228,6 @@ def box_unavailable_reason() -> str | None:
     can. For callers that must decide before building a tool (tests skip with this reason)."""
     try:
         resolve_isolation("auto", None)
-    except IsolationUnavailableError as exc:
+    except (IsolationUnavailableError, ValueError) as exc:
         return str(exc)
     return None
