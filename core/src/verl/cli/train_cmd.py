@@ -227,6 +227,11 @@ def _run(args: argparse.Namespace, stops) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"verl train: {base.describe()}")
+    if cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path:  # the box model-written code runs in
+        from verl.tools.config import describe_isolation
+
+        for line in describe_isolation(cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path):
+            print(f"verl train: {line}")
     if not cfg.data.train_files:
         print("error: data.train_files is not set; give the training .parquet/.jsonl file(s)", file=sys.stderr)
         return 2
