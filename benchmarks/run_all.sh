@@ -32,3 +32,6 @@ fi
 # Needs verl-fsdp in $PYTHON too (pip install -e ./plugins/verl-fsdp).
 "$PY" benchmarks/hybrid_engine.py --reps "$((REPS + 1))" --json "$OUT/hybrid_engine.json" --md "$OUT/hybrid_engine.md"
 "$PY" benchmarks/lora_rollout.py --steps "$STEPS" --reps "$REPS" --json "$OUT/lora_rollout.json" --md "$OUT/lora_rollout.md"
+# The code interpreter's cost per call in each isolation (needs bwrap for its bubblewrap row).
+"$PY" benchmarks/sandbox_startup.py --calls "$((REPS * 20))" --json "$OUT/sandbox_startup.json" \
+  --md "$OUT/sandbox_startup.md"

@@ -137,6 +137,19 @@ def test_only_checkpoint_corrupt_stops_instead_of_training_from_scratch(workspac
     assert (ckpt / "global_step_2").is_dir() and _rows(run_dir) == [1, 2]  # nothing moved, deleted or retrained
 
 
+def test_a_finished_run_whose_last_checkpoint_is_damaged_is_not_already_finished(workspace, base_run, caplog, capsys):
+    """The base run finished its 2 steps; damaging global_step_2 must not be answered with "already finished": the
+    rerun falls back to global_step_1 and trains step 2 again."""
+    run_dir = _copy(base_run, "finished_damaged")
+    ckpt = run_dir / "ckpt"
+    _flip(_file(ckpt / "global_step_2", WEIGHTS))
+    caplog.set_level(logging.INFO)
+    assert verl_main(_args(workspace, run_dir, 2)) == 0
+    assert "already finished" not in capsys.readouterr().out
+    assert f"resumed from {ckpt / 'global_step_1'} (step 1)" in caplog.text
+    assert _rows(run_dir) == [1, 2]
+
+
 @pytest.mark.parametrize("which", list(TRUNCATED))
 def test_truncated_file_falls_back_naming_the_file(workspace, base_run, caplog, which):
     run_dir = _copy(base_run, f"truncated_{which}")
@@ -167,9 +180,10 @@ def test_nan_weights_with_a_valid_manifest_are_refused(workspace, base_run, caps
     health = read_health(step_dir)
     assert health == CheckpointHealth(True, 1, 0, [])  # what the run recorded: finite, one update applied
     write_manifest(step_dir, step=2, health=health)  # the manifest matches the files: only the load check is left
-    assert verl_main(_args(workspace, run_dir, 3)) != 0
+    assert verl_main(_args(workspace, run_dir, 3)) == 2
     err = capsys.readouterr().err
     assert name in err and "NaN/inf" in err and str(step_dir / "actor") in err, err
+    assert "rerun to resume" not in err  # a refused checkpoint is no resume point to offer
     assert _rows(run_dir) == [1, 2]
 
 

@@ -7,7 +7,9 @@ A tiny model on 4 GSM8K rows, batch 2 (2 steps per epoch), 4 steps, a checkpoint
 deterministic, so the resumed run must equal one uninterrupted run row for row (wall-clock keys aside) and weight
 for weight. Kill points: the gen stage of step 2 (resume from step 1, mid-epoch 0), the actor update of step 3
 (resume from step 2, the epoch boundary) and the write of checkpoint 4 (after its ``actor`` part, before the
-rename and tracker: the last step must run again, from step 3, mid-epoch 1).
+rename and tracker: the last step must run again, from step 3, mid-epoch 1). Kills after a step's checkpoint and
+row: in the validation of step 2 and of the last step, and in the final export; the rerun runs what is missing
+(the validation, the export) and nothing else.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ KILL_CASES = {
     "gen:4,save_freq=2": ("gen:4", 2, ("trainer.save_freq=2",)),
 }
 AFTER_LAST_SAVE = "update_weights:4"  # checkpoint 4 published, killed before step 4's row and final_hf
+# Killed after the step's checkpoint and its training row: in its validation, or in the export after the last step.
+RUN_END_CASES = ("testing:2", "testing:4", "export:4")
 CLOCK_KEYS = MACHINE_METRIC_PREFIXES
 
 
@@ -125,7 +129,8 @@ def killed(workspace, request) -> dict[str, dict]:
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}  # same float reductions as in here
     started: dict[str, tuple[subprocess.Popen, Path, float]] = {}
     try:
-        for case, (point, _, extra) in {**KILL_CASES, AFTER_LAST_SAVE: (AFTER_LAST_SAVE, 4, ())}.items():
+        more = {case: (case, 0, ()) for case in (AFTER_LAST_SAVE, *RUN_END_CASES)}
+        for case, (point, _, extra) in {**KILL_CASES, **more}.items():
             run_dir = workspace["root"] / f"killed_{len(started)}"
             cmd = [sys.executable, "-m", "verl.cli.main", *_args(workspace, run_dir, *extra)]
             proc = subprocess.Popen(
@@ -235,10 +240,11 @@ def test_resume_after_the_last_step_reports_already_finished(workspace, full_run
     assert (full_run / "ckpt" / TRACKER_FILE).read_text() == str(TOTAL_STEPS)
 
 
-def test_killed_after_the_last_checkpoint_rerun_is_finished_and_exports(killed, workspace, full_run, capsys):
-    """Killed after checkpoint 4 was published but before its row and final_hf were written: the rerun trains
-    nothing ("already finished") and writes final_hf from checkpoint 4 — the uninterrupted run's weights. The row
-    of step 4 is lost (the documented window between a checkpoint and its log line)."""
+def test_killed_after_the_last_checkpoint_rerun_validates_and_exports(killed, workspace, full_run, capsys):
+    """Killed after checkpoint 4 was published but before its row and final_hf were written: the run is not
+    finished. The rerun trains nothing, runs step 4's validation (its row then holds the uninterrupted run's
+    validation metrics; the training metrics of step 4 are lost: the window between a checkpoint and its row)
+    and writes final_hf from checkpoint 4, the uninterrupted run's weights."""
     crash = killed[AFTER_LAST_SAVE]
     assert crash["returncode"] == -signal.SIGKILL, crash["output"][-3000:]
     assert crash["tracker"] == str(TOTAL_STEPS) and crash["steps_logged"] == [0, 1, 2, 3]
@@ -246,8 +252,40 @@ def test_killed_after_the_last_checkpoint_rerun_is_finished_and_exports(killed, 
     assert not (run_dir / "final_hf").exists()
     assert verl_main(_args(workspace, run_dir)) == 0
     out = capsys.readouterr().out
-    assert "already finished" in out and "final actor (HF folder) was missing" in out
+    assert "already finished" not in out and "its training metrics are lost" in out, out
+    assert "final actor (HF folder) was missing" in out
     final, reference = _weights(run_dir), _weights(full_run)
     assert final.keys() == reference.keys() and all(torch.equal(final[k], reference[k]) for k in reference)
-    assert [_strip_clock(r) for r in _rows(run_dir)] == [_strip_clock(r) for r in _rows(full_run)[:TOTAL_STEPS]]
+    rows, expected = _rows(run_dir), _rows(full_run)
+    assert [_strip_clock(r) for r in rows[:TOTAL_STEPS]] == [_strip_clock(r) for r in expected[:TOTAL_STEPS]]
+    validation = {k: v for k, v in expected[TOTAL_STEPS].items() if k == "step" or k.startswith("val-")}
+    assert _strip_clock(rows[TOTAL_STEPS]) == validation and "timing_s/testing" in rows[TOTAL_STEPS]
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("final_hf")) == ["final_hf"]
+    assert verl_main(_args(workspace, run_dir)) == 0  # now it is finished
+    assert "already finished (4/4 steps" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", RUN_END_CASES)
+def test_killed_in_validation_or_export_rerun_runs_what_is_missing(case, killed, workspace, full_run, capsys, caplog):
+    """The step's training row was on disk before its validation (or the export) started, so the kill costs
+    neither the row nor the step: the rerun resumes from that step's checkpoint, runs its validation (merged into
+    the row) or only the export, trains nothing twice, and ends as the uninterrupted run."""
+    stage, step = case.split(":")[0], int(case.split(":")[1])
+    crash = killed[case]
+    assert crash["returncode"] == -signal.SIGKILL, crash["output"][-3000:]
+    assert crash["tracker"] == str(step) and crash["steps_logged"] == list(range(step + 1))
+    run_dir = crash["run_dir"]
+    last = _rows(run_dir)[-1]
+    assert ("timing_s/testing" in last) == (stage == "export"), last.keys()  # validation merged only if it ran
+    assert "critic/score/mean" in last  # the step's training metrics are there either way
+    caplog.set_level(logging.INFO)
+    assert verl_main(_args(workspace, run_dir)) == 0
+    out = capsys.readouterr().out
+    saves = [r.getMessage() for r in caplog.records if r.getMessage().startswith("saved checkpoint")]
+    assert saves == [f"saved checkpoint {run_dir / 'ckpt' / f'global_step_{s}'}" for s in range(step + 1, 5)]
+    if stage == "export":
+        assert "already finished (4/4 steps" in out and "final actor (HF folder) was missing" in out
+    else:
+        assert f"step {step} has its checkpoint but its row in metrics.jsonl lacks the validation" in out, out
+        assert "already finished" not in out
+    _assert_same_run(run_dir, full_run)

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from verl.data.dataset import PromptFormatError, PromptTooLongError, RLHFDataset
+from verl.data.dataset import PromptFormatError, PromptTooLongError, RewardColumns, RLHFDataset
 from verl.testing.tiny import make_tiny_tokenizer
 
 BARE_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -196,3 +196,69 @@ def test_skip_bad_rows_is_a_config_key() -> None:
 
     assert load_config().data.skip_bad_rows is False
     assert load_config(overrides=["data.skip_bad_rows=true"]).data.skip_bad_rows is True
+
+
+# ------------------------------------------------------------------------------- reward columns at load time
+def _builtin_only(source: str) -> None:
+    if source not in ("openai/gsm8k",):
+        raise ValueError(f"no built-in reward function for data_source={source!r}; set custom_reward_function.path")
+
+
+BUILTIN = RewardColumns(check_source=_builtin_only, reader="the reward manager")
+
+
+def _without(row: dict, column: str) -> dict:
+    return {k: v for k, v in row.items() if k != column}
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+@pytest.mark.parametrize("column", ["reward_model", "data_source"])
+def test_a_file_without_a_reward_column_fails_at_load_naming_file_column_and_fix(tmp_path, tok, column, suffix):
+    rows = [_without(_row("ab"), column), _without(_row("cd"), column)]
+    path = tmp_path / f"train{suffix}"
+    if suffix == ".jsonl":
+        _jsonl(path, rows)
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    for skip in (False, True):  # a file-level problem: skipping rows cannot help
+        with pytest.raises(PromptFormatError) as info:
+            RLHFDataset(str(path), tok, _cfg(skip_bad_rows=skip), reward_columns=BUILTIN)
+        msg = str(info.value)
+        assert msg.startswith(f"{path}: no {column!r} column"), msg
+        assert "the reward manager reads it from every row" in msg and "add a" in msg, msg
+        if column == "reward_model":
+            assert "'ground_truth'" in msg and "verl data gsm8k" in msg, msg
+        else:
+            assert "data.reward_fn_key" in msg, msg
+    # Without the reward check (a run scored by a reward model alone) the same file loads.
+    if column == "reward_model":
+        assert len(RLHFDataset(str(path), tok, _cfg())) == 2
+
+
+def test_one_row_without_the_column_is_named_and_can_be_skipped(tmp_path, tok, caplog):
+    path = _jsonl(tmp_path / "t.jsonl", [_row("ab"), _without(_row("cd"), "reward_model"), _row("ef")])
+    with pytest.raises(PromptFormatError, match=r"t.jsonl row 1, field 'reward_model': missing or null"):
+        RLHFDataset(str(path), tok, _cfg(), reward_columns=BUILTIN)
+    with caplog.at_level(logging.WARNING):
+        ds = RLHFDataset(str(path), tok, _cfg(skip_bad_rows=True), reward_columns=BUILTIN)
+    assert len(ds) == 2 and ds.num_skipped == 1
+
+
+def test_a_data_source_no_scorer_knows_fails_at_load(tmp_path, tok):
+    path = _jsonl(tmp_path / "t.jsonl", [_row("ab"), {**_row("cd"), "data_source": "my/set"}])
+    with pytest.raises(PromptFormatError) as info:
+        RLHFDataset(str(path), tok, _cfg(skip_bad_rows=True), reward_columns=BUILTIN)
+    assert str(info.value).startswith(f"{path} row 1, field 'data_source': no built-in reward function")
+    # A custom reward function (no check_source) gets whatever data source the rows name.
+    assert len(RLHFDataset(str(path), tok, _cfg(), reward_columns=RewardColumns())) == 2
+
+
+def test_reward_fn_key_and_extra_columns_are_what_is_checked(tmp_path, tok):
+    rows = [{**_without(_row("ab"), "data_source"), "source": "openai/gsm8k"}]
+    path = _jsonl(tmp_path / "t.jsonl", rows)
+    spec = RewardColumns(source_key="source", check_source=_builtin_only)
+    assert len(RLHFDataset(str(path), tok, _cfg(), reward_columns=spec)) == 1
+    # Validation also groups its metrics by data_source.
+    val = RewardColumns(source_key="source", also=("data_source",))
+    with pytest.raises(PromptFormatError, match=r"no 'data_source' column"):
+        RLHFDataset(str(path), tok, _cfg(), reward_columns=val)

@@ -219,6 +219,21 @@ def test_crash_and_exception_details(zero_manager):
     assert out["metrics"]["reward/crashes"] == 1 and out["metrics"]["reward/errors"] == 2
 
 
+def test_all_failed_in_worker_processes_names_the_file_and_keeps_the_traceback(zero_manager, scorer_path):
+    from verl.rewards import AllRewardsFailedError
+
+    with pytest.raises(AllRewardsFailedError) as info:
+        zero_manager(make_batch(["private", "raise", "nan"]))
+    err = info.value
+    assert (err.samples, err.index, err.kind) == (3, 0, "exception")
+    assert f"'compute_score' in {scorer_path}" in str(err)
+    assert "PrivateError: only the worker knows this class" in str(err)
+    notes = "\n".join(getattr(err, "__notes__", []))
+    assert "Traceback" in notes and "only the worker knows this class" in notes
+    # The pool is fine afterwards.
+    assert zero_manager(make_batch(["ok"]), return_dict=True)["reward_tensor"].sum().item() == pytest.approx(0.2)
+
+
 @pytest.fixture(scope="module")
 def fail_manager(scorer_path):
     m = manager(scorer_path, on_error="fail", num_workers=1)

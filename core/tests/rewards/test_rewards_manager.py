@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import pickle
 import threading
 import time
 
@@ -14,6 +15,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.rewards import (
+    AllRewardsFailedError,
     RewardConfigError,
     RewardFunctionError,
     RewardInputError,
@@ -322,6 +324,63 @@ def test_exception_fail_policy_names_sample_and_chains_cause():
         RewardManager(CharTokenizer(), compute_score=scorer, on_error="fail")(data)
     assert isinstance(info.value.__cause__, ZeroDivisionError)
     assert info.value.kind == "exception"
+
+
+def _raise_on_b(data_source, solution_str, ground_truth, extra_info=None):
+    if solution_str.startswith("b"):
+        raise ZeroDivisionError(f"cannot score {solution_str!r}")
+    return 1.0
+
+
+def test_all_failed_stops_under_zero_policy_naming_function_and_first_error():
+    data = make_batch(["a", "b1", "b2"], ["src/a", "src/b", "src/c"], ["", "", ""])
+    manager = RewardManager(CharTokenizer(), compute_score=_raise_on_b)
+    assert manager(data, return_dict=True)["metrics"]["reward/errors"] == 2  # 2 of 3 failed: scored and counted
+    with pytest.raises(AllRewardsFailedError) as info:
+        manager(make_batch(["b1", "b2"], ["src/b", "src/c"], ["", ""]))
+    err = info.value
+    assert isinstance(err, RewardFunctionError) and isinstance(err.__cause__, ZeroDivisionError)
+    assert (err.samples, err.index, err.data_source, err.kind) == (2, 0, "src/b", "exception")
+    text = str(err)
+    for part in (
+        "all 2 samples",
+        f"{__name__}._raise_on_b",  # the reward function, by module and name
+        "sample 0 (data_source='src/b')",
+        "ZeroDivisionError: cannot score 'b1'",  # the first exception: type and message
+        "reward_model.stop_on_all_failed=false",
+    ):
+        assert part in text, (part, text)
+    err.context = "training step 7"
+    assert "all 2 samples of training step 7 failed" in str(err)
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == str(err) and again.context == "training step 7"
+
+
+def test_all_failed_tolerated_when_asked():
+    data = make_batch(["b1", "b2"], ["s", "s"], ["", ""])
+    out = RewardManager(CharTokenizer(), compute_score=_raise_on_b, stop_on_all_failed=False)(data, return_dict=True)
+    assert out["reward_tensor"].sum(-1).tolist() == [0.0, 0.0]
+    assert out["metrics"]["reward/errors"] == 2
+
+
+def test_all_failed_counts_timeouts_and_invalid_results_too():
+    def scorer(data_source, solution_str, ground_truth, extra_info=None):
+        if solution_str == "slow":
+            time.sleep(0.5)
+        return float("nan")
+
+    data = make_batch(["nan", "slow"], ["s", "s"], ["", ""])
+    with pytest.raises(AllRewardsFailedError, match="sample 0 .*invalid_result: .*result is nan"):
+        RewardManager(CharTokenizer(), compute_score=scorer, timeout_s=0.2)(data)
+
+
+def test_all_failed_names_the_builtin_scorers():
+    def broken(**kwargs):
+        raise RuntimeError("boom")
+
+    manager = RewardManager(CharTokenizer())
+    assert manager.scorer_name.startswith("default_compute_score (the built-in scorers")
+    assert RewardManager(CharTokenizer(), compute_score=broken).scorer_name.endswith("broken")
 
 
 def test_config_errors_raise_under_zero_policy():

@@ -57,7 +57,8 @@ def test_hung_scorer_does_not_block_exit():
             non_tensors={"data_source": np.array(["s"], dtype=object),
                          "reward_model": np.array([{"ground_truth": "hi"}], dtype=object)},
         )
-        out = RewardManager(Tok(), compute_score=scorer, timeout_s=0.2)(data, return_dict=True)
+        # The one sample times out: tolerate an all-failed call, this test is about the exit.
+        out = RewardManager(Tok(), compute_score=scorer, timeout_s=0.2, stop_on_all_failed=False)(data, return_dict=True)
         print(out["metrics"]["reward/timeouts"])
         """,
         timeout=90,

@@ -11,6 +11,7 @@ from verl.cli.main import main
 from verl.config import load_config, save_resolved_config
 from verl.config.yaml_io import load_yaml
 from verl.trainer.checkpoint import TRACKER_FILE, CheckpointManager
+from verl.trainer.checkpoint_manifest import write_manifest
 from verl.trainer.earlier_run import keep_changed_config, set_aside_earlier_run
 from verl.trainer.ppo_trainer import PPOTrainer
 
@@ -49,9 +50,15 @@ def test_no_earlier_file_or_an_unreadable_one(tmp_path):
 
 
 def _finished_run(run: Path) -> None:
-    """A run folder whose single step is checkpointed and exported: `verl train` stops before loading anything."""
+    """A run folder whose single step is checkpointed (a checkpoint that verifies: its manifest), logged with its
+    validation and exported: `verl train` stops before loading anything."""
     (run / "checkpoints" / "global_step_1").mkdir(parents=True)
+    (run / "checkpoints" / "global_step_1" / "data.json").write_text("{}")
+    write_manifest(run / "checkpoints" / "global_step_1", step=1)
     (run / "checkpoints" / TRACKER_FILE).write_text("1")
+    (run / "metrics.jsonl").write_text(
+        '{"step": 1, "val-core/openai/gsm8k/acc/mean@1": 0.0, "timing_s/testing": 1.0}\n'
+    )
     (run / "final_hf").mkdir()
 
 

@@ -115,6 +115,56 @@ def test_stop_still_reports_when_the_save_fails():
     assert isinstance(err, NonFiniteStepsError) and err.checkpoint is None
 
 
+def test_nothing_applied_only_when_every_update_of_this_process_was_skipped():
+    guard = NonFiniteStepGuard(5)
+    assert not guard.nothing_applied  # no update yet
+    guard.observe(metrics(1, [NAN]), 1)
+    guard.observe(metrics(3, [NAN, NAN]), 2)
+    assert guard.nothing_applied and not guard.tripped
+    guard.observe(metrics(4, [0.5, NAN]), 3)  # one update applied, one skipped: the process changed the weights
+    assert guard.streak == 1 and not guard.nothing_applied
+    assert not NonFiniteStepGuard(None).nothing_applied  # no limit: never stops
+
+
+def test_stop_at_the_end_says_nothing_was_applied():
+    guard = NonFiniteStepGuard(5)
+    guard.observe(metrics(1, [NAN]), 9)
+    guard.observe(metrics(2, [NAN]), 10)
+    err = guard.stop(None)
+    assert err.at_end and (err.streak, err.steps) == (2, [9, 10])
+    text = str(err)
+    assert "reached its last step" in text and "is not reported as done" in text and "9-10" in text, text
+    assert "trainer.max_nonfinite_steps=5" in text and "resume_mode=resume_path" in text, text
+    assert pickle.loads(pickle.dumps(err)).at_end
+
+
+def test_resume_continues_the_streak_the_metrics_show():
+    rows = [
+        {"step": 0, "val-core/x": 0.1},
+        {"step": 1, "actor/nonfinite_streak": 0.0},
+        {"step": 2, "actor/nonfinite_streak": 1.0},
+        {"step": 3, "actor/nonfinite_streak": 2.0},
+        {"step": 4, "actor/nonfinite_streak": 3.0},
+    ]
+    guard = NonFiniteStepGuard(4)
+    guard.resume(rows, 4)
+    assert (guard.streak, guard.streak_steps) == (3, [2, 3, 4])
+    # The engine restored skipped_steps=3 with the checkpoint and skips again: 3 + 1, then 3 + 2 > 4.
+    assert guard.observe(metrics(4, [NAN]), 5)["actor/nonfinite_streak"] == 4.0
+    guard.observe(metrics(5, [NAN]), 6)
+    assert guard.tripped and guard.streak_steps == [2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [[], [{"step": 4}], [{"step": 4, "actor/nonfinite_streak": 0.0}], [{"step": 3, "actor/nonfinite_streak": 2.0}]],
+)
+def test_resume_without_a_streak_at_that_step_starts_from_zero(rows):
+    guard = NonFiniteStepGuard(4)
+    guard.resume(rows, 4)
+    assert (guard.streak, guard.streak_steps) == (0, [])
+
+
 # ----------------------------------------------------------------------------------------------- end to end
 
 LOSS_NAME = "test_guards_always_nan"
@@ -227,6 +277,48 @@ def test_verl_train_stops_after_consecutive_nan_steps(workspace, capsys):
     # Its manifest records why it is not a healthy checkpoint: finite weights, but every update was skipped.
     health = verify_checkpoint(ckpt / "global_step_3")["health"]
     assert health == {"weights_finite": True, "updates_applied": 0, "updates_skipped": 3, "nonfinite": []}
+
+
+def test_verl_train_whose_every_update_was_skipped_does_not_end_as_done(workspace, capsys):
+    """The default limit (5) is not reached in 3 steps, but no update of the run was applied: exit 1 with the
+    reason, no final_hf (before: exit 0, "done", the untouched weights exported as the result)."""
+    from verl.cli.main import main as verl_main
+
+    _register_nan_loss()
+    run_dir = workspace["root"] / "run_all_skipped"
+    code = verl_main(
+        [
+            "train",
+            "--run-dir",
+            str(run_dir),
+            f"data.train_files=[{workspace['train']}]",
+            "data.max_prompt_length=320",
+            "data.max_response_length=8",
+            "data.train_batch_size=2",
+            f"actor_rollout_ref.model.path={workspace['model']}",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.actor.use_dynamic_bsz=false",
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={LOSS_NAME}",
+            "actor_rollout_ref.rollout.n=2",
+            f"custom_reward_function.path={workspace['reward']}",
+            "reward_model.num_workers=1",
+            "trainer.total_training_steps=3",
+            "trainer.save_freq=-1",
+            "trainer.test_freq=-1",
+            "trainer.val_before_train=false",
+            "trainer.logger=[file]",
+            f"trainer.default_local_dir={run_dir / 'ckpt'}",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    assert "every optimizer step of this process was skipped" in captured.err, captured.err
+    assert "training steps 1-3" in captured.err and "stopped at step 3" in captured.err, captured.err
+    assert "done" not in captured.out and not (run_dir / "final_hf").exists()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["actor/nonfinite_streak"] for r in rows] == [1.0, 2.0, 3.0]
+    assert (run_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
 
 
 def test_verl_train_reward_fail_policy_exits_1_naming_the_sample(workspace, capsys):

@@ -9,6 +9,10 @@ with SmolLM2-135M-Instruct on CPU); a CONFIG file names its base with a Hydra ``
 unset, else verl's default ``checkpoints/<project_name>/<experiment_name>`` (:mod:`verl.config.run_dir`).
 A run that starts from scratch renames an earlier run's outputs aside first (:mod:`verl.trainer.earlier_run`);
 one that resumes with other settings keeps the earlier ``config.yaml`` as ``config.<stamp>.yaml``.
+
+Exit status: 0 done (or already finished), 1 run error, 2 config or set-up error, 130 / 143 stopped by SIGINT
+(Ctrl-C) / SIGTERM (``128 + signal``, the shell's convention) with the line ``stopped at step N; rerun to resume
+from <checkpoint>`` and no traceback (:mod:`verl.trainer.stops`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import logging
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -68,9 +73,14 @@ def _ensure_gsm8k(files: list[str]) -> None:
         prepare_gsm8k(folder, tool=tool)
 
 
-def _already_finished(cfg) -> Path | None:
-    """With a fixed step count and ``resume_mode=auto``, a finished run is known from the tracker
-    file alone: say so without loading data, model or checkpoint; returns its last checkpoint."""
+def _already_finished(cfg, run_dir: Path) -> Path | None:
+    """With a fixed step count and ``resume_mode=auto``, a finished run is known from the tracker file and
+    ``metrics.jsonl``: say so without loading data, model or checkpoint; returns its last checkpoint.
+
+    Finished = the last step's checkpoint exists and verifies (its manifest), and, with the ``file`` logger, that
+    step's row holds its validation (``timing_s/testing``) when one was due. Otherwise ``None``: the trainer resumes and runs what is
+    missing (:meth:`verl.trainer.ppo_trainer.PPOTrainer.fit`).
+    """
     total = cfg.trainer.total_training_steps
     if not total or cfg.trainer.resume_mode != "auto":
         return None
@@ -79,6 +89,19 @@ def _already_finished(cfg) -> Path | None:
     latest = CheckpointManager(cfg.trainer.default_local_dir).latest()
     if latest is None or latest[0] < total:
         return None
+    from verl.trainer.checkpoint import CheckpointError
+    from verl.trainer.checkpoint_manifest import verify_checkpoint
+
+    try:  # a damaged or old-format last checkpoint is no finished run: the trainer's resume reports or skips it
+        verify_checkpoint(latest[1])
+    except CheckpointError:
+        return None
+    if "file" in cfg.trainer.logger and cfg.data.val_files and cfg.trainer.test_freq > 0:
+        from verl.trainer.trackers.file_backend import METRICS_FILE, read_rows
+
+        row = next((r for r in reversed(read_rows(run_dir / METRICS_FILE)) if r["step"] == latest[0]), None)
+        if row is None or "timing_s/testing" not in row:
+            return None  # the final validation did not finish: the trainer runs it
     print(f"verl train: already finished ({latest[0]}/{total} steps in {latest[1]}); nothing to do")
     return latest[1]
 
@@ -123,7 +146,11 @@ def _write_final_hf(run_dir: Path, write: Callable[[str], object]) -> Path:
     for stale in run_dir.glob("final_hf.tmp-*"):  # left by a process killed while exporting
         shutil.rmtree(stale, ignore_errors=True)
     tmp = run_dir / f"final_hf.tmp-{os.getpid()}"
-    write(str(tmp))
+    try:
+        write(str(tmp))
+    except BaseException:  # a failed or interrupted export leaves nothing half-written behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -146,8 +173,47 @@ def _export_if_missing(checkpoint: Path, run_dir: Path) -> int:
     return 0
 
 
+def _latest_checkpoint(cfg, trainer) -> tuple[int, Path] | None:
+    """The checkpoint a rerun would resume from (``None``: none yet), without creating the folder."""
+    manager = getattr(trainer, "checkpoints", None)
+    if manager is None:
+        from verl.trainer.checkpoint import CheckpointManager
+
+        root = Path(cfg.trainer.default_local_dir).expanduser()
+        if not root.is_dir():
+            return None
+        manager = CheckpointManager(root)
+    return manager.latest()
+
+
+def _resume_hint(cfg, trainer) -> str:
+    """``stopped at step N; rerun to resume ...``: the step reached and where a rerun continues from."""
+    step = trainer.global_steps if trainer is not None else 0
+    latest = _latest_checkpoint(cfg, trainer)
+    if latest is None:
+        return f"stopped at step {step}; rerun to resume: no checkpoint was saved yet, so it starts from scratch"
+    how = "" if cfg.trainer.resume_mode == "auto" else " with trainer.resume_mode=auto"
+    return f"stopped at step {step}; rerun to resume{how} from {latest[1]} (step {latest[0]})"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Load and validate the config, then train; exit 2 on a config error, 1 on a run error."""
+    """Load and validate the config, then train; exit 2 on a config error, 1 on a run error, 128 + signal number
+    when stopped by SIGINT / SIGTERM (130 / 143)."""
+    from verl.trainer.stops import StopSignals, exit_status
+
+    stops = StopSignals()
+    stops.install()
+    try:
+        return _run(args, stops)
+    except KeyboardInterrupt as exc:  # before the trainer existed (it handles its own stops)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"verl train: {signal.Signals(signum).name}: stopped before training started", file=sys.stderr)
+        return exit_status(signum)
+    finally:
+        stops.restore()
+
+
+def _run(args: argparse.Namespace, stops) -> int:
     import attrs
 
     from verl.cli.run_config import load_run_config
@@ -161,6 +227,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"verl train: {base.describe()}")
+    if cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path:  # the box model-written code runs in
+        from verl.tools.config import describe_isolation
+
+        for line in describe_isolation(cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path):
+            print(f"verl train: {line}")
     if not cfg.data.train_files:
         print("error: data.train_files is not set; give the training .parquet/.jsonl file(s)", file=sys.stderr)
         return 2
@@ -171,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
 
     # val_only validates whatever the run folder holds, a finished run included.
-    finished = None if cfg.trainer.val_only else _already_finished(cfg)
+    finished = None if cfg.trainer.val_only else _already_finished(cfg, run_dir)
     if finished is not None:
         _save_config(cfg, run_dir, base.describe())
         return _export_if_missing(finished, run_dir)
@@ -185,9 +256,11 @@ def run(args: argparse.Namespace) -> int:
     from verl.controller.errors import PlacementError
     from verl.plugins import PluginError
     from verl.rewards.errors import RewardFunctionError
-    from verl.trainer.checkpoint import CheckpointSaveError
+    from verl.trainer import faults
+    from verl.trainer.checkpoint import CheckpointError, CheckpointSaveError
     from verl.trainer.guards import NonFiniteStepsError
     from verl.trainer.ppo_trainer import PPOTrainer
+    from verl.trainer.stops import exit_status
 
     trainer = None
     exit_code = 1  # until training completes: a failure marks the loggers' run failed
@@ -195,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             # Set-up errors (model path, dataset rows, chat template, unsupported options) are user
             # errors raised before any training: print them plainly; -v shows the traceback.
-            trainer = PPOTrainer(cfg, run_dir)
+            trainer = PPOTrainer(cfg, run_dir, stops=stops)
             print("\n".join(f"verl train: {line}" for line in trainer.selection.splitlines()))
             trainer.init()
         except (ValueError, FileNotFoundError, WorkerError, PlacementError, PluginError) as exc:
@@ -203,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
                 raise
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        stops.install()  # again: ray.init (controller=ray) replaced the SIGTERM handler with its own
         try:
             val = trainer.fit()
             if cfg.trainer.val_only:
@@ -214,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
                 exit_code = _export_if_missing(trainer.checkpoints.latest()[1], run_dir)
                 return exit_code
             if trainer.global_steps > 0:
+                faults.check("export", trainer.global_steps)
                 final = _write_final_hf(run_dir, trainer.actor_rollout_wg.export_hf)
                 print(f"verl train: done, {trainer.global_steps} steps; final actor (HF folder): {final}")
             exit_code = 0
@@ -223,7 +298,10 @@ def run(args: argparse.Namespace) -> int:
             if args.verbose:
                 raise
             print(f"error: {exc}", file=sys.stderr)
-            print(f"verl train: stopped at step {trainer.global_steps}; rerun to resume", file=sys.stderr)
+            if isinstance(exc.__cause__, CheckpointError):  # a worker refused its checkpoint part: no resume point
+                print("verl train: the checkpoint was refused; nothing was trained", file=sys.stderr)
+                return 2
+            print(f"verl train: {_resume_hint(cfg, trainer)}", file=sys.stderr)
             return 1
         except (NonFiniteStepsError, RewardFunctionError, DynamicSamplingError) as exc:
             # The run's own guards (docs/reliability.md; DAPO's round limit and metric, docs/dapo.md): the
@@ -247,7 +325,31 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+        except CheckpointError as exc:
+            # Resume refused a checkpoint (damaged, old pickle format, non-finite, a state file that does not fit
+            # this run): the message names the file and the way out; nothing was trained.
+            if args.verbose:
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    except KeyboardInterrupt as exc:  # SIGINT / SIGTERM (verl.trainer.stops): no traceback, the resume point
+        signum = getattr(exc, "signum", signal.SIGINT)
+        exit_code = exit_status(signum)
+        print(f"verl train: {signal.Signals(signum).name}: {_resume_hint(cfg, trainer)}", file=sys.stderr)
+        return exit_code
     finally:
         if trainer is not None:
-            trainer.close(exit_code)  # != 0 marks the wandb / mlflow / swanlab / clearml run failed
+            _close(trainer, exit_code, stops)
     return 0
+
+
+def _close(trainer, exit_code: int, stops) -> None:
+    """Close loggers and stop workers (Ray actors, reward worker processes); a stop signal meanwhile waits
+    until they are down (a second one leaves them to the kernel and Ray's own clean-up)."""
+    stops.hold("the workers are shut down")
+    try:
+        trainer.close(exit_code)  # != 0 marks the wandb / mlflow / swanlab / clearml run failed
+    except KeyboardInterrupt:
+        print("verl train: stopped while shutting down the workers", file=sys.stderr)
+    finally:
+        stops.discard()

@@ -19,6 +19,7 @@ _LAZY = {
     "ChatTemplateError": "verl.data.dataset",
     "PromptFormatError": "verl.data.dataset",
     "PromptTooLongError": "verl.data.dataset",
+    "RewardColumns": "verl.data.rows",
     "StatefulSampler": "verl.data.sampler",
     "PromptDataLoader": "verl.data.sampler",
     "create_dataloader": "verl.data.sampler",
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
         compute_position_ids,
     )
     from verl.data.gsm8k import GSM8KFormatError, default_source_dir, prepare_gsm8k  # noqa: F401
+    from verl.data.rows import RewardColumns  # noqa: F401
     from verl.data.sampler import PromptDataLoader, StatefulSampler, create_dataloader  # noqa: F401
 
 

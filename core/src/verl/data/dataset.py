@@ -20,13 +20,22 @@ import numpy as np
 import torch
 
 from verl.data.prompt_cache import cached_encode
-from verl.data.rows import PromptFormatError, check_messages, check_reward_model, read_rows
+from verl.data.rows import (
+    PromptFormatError,
+    RewardColumns,
+    check_messages,
+    check_reward_columns,
+    check_reward_model,
+    check_reward_row,
+    read_rows,
+)
 
 __all__ = [
     "ChatTemplateError",
     "PromptFormatError",
     "PromptTooLongError",
     "RLHFDataset",
+    "RewardColumns",
     "TRUNCATION_MODES",
     "collate_fn",
     "collate_to_dicts",
@@ -102,6 +111,9 @@ class RLHFDataset:
             :mod:`verl.data.prompt_tokens`; the result does not depend on it); other defaults are verl's.
         max_samples: keep only the first ``max_samples`` rows when > 0 (``data.train_max_samples`` /
             ``data.val_max_samples``; -1 = all).
+        reward_columns: what the reward manager will read from every row (:class:`RewardColumns`), checked
+            here so a dataset it cannot score fails at load, not after generation; ``None`` checks only that a
+            ``reward_model`` column, where present, is well formed.
 
     Each item is a dict: ``input_ids``, ``attention_mask``, ``position_ids`` (int64 tensors of shape
     ``(max_prompt_length,)``, left-padded with the pad id / 0), ``raw_prompt`` (the chat messages, when
@@ -121,13 +133,22 @@ class RLHFDataset:
         ChatTemplateError: the tokenizer has no chat template.
         PromptFormatError: a row lacks the prompt column, its prompt is not a non-empty list of
             ``{role, content}`` with non-blank content, or its ``reward_model`` is not a dict with a string
-            ``ground_truth`` (file, row, field and fix named) -- unless ``skip_bad_rows``.
+            ``ground_truth`` (file, row, field and fix named) -- unless ``skip_bad_rows``; with
+            ``reward_columns``, a row lacking one of its columns (skippable too), a file lacking one in every row
+            or a data source its ``check_source`` refuses (never skipped).
         FileNotFoundError: a data file is missing.
         PromptTooLongError: a prompt is too long with ``truncation="error"`` and filtering off.
         ValueError: bad ``truncation`` / ``max_prompt_length``, unreadable/corrupt files, or no rows left.
     """
 
-    def __init__(self, data_files: Any, tokenizer: Any, config: Any = None, max_samples: int = -1):
+    def __init__(
+        self,
+        data_files: Any,
+        tokenizer: Any,
+        config: Any = None,
+        max_samples: int = -1,
+        reward_columns: RewardColumns | None = None,
+    ):
         self.tokenizer = tokenizer
         self.prompt_key: str = _cfg(config, "prompt_key", "prompt")
         self.max_prompt_length: int = int(_cfg(config, "max_prompt_length", 512))
@@ -138,6 +159,7 @@ class RLHFDataset:
         self.skip_bad_rows: bool = bool(_cfg(config, "skip_bad_rows", False))
         self.image_key: str = _cfg(config, "image_key", "images")
         self.workers: int = _cfg(config, "filter_overlong_prompts_workers", 1)
+        self.reward_columns = reward_columns
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"data.truncation={self.truncation!r} is not one of {TRUNCATION_MODES}")
         if self.max_prompt_length <= 0:
@@ -149,6 +171,8 @@ class RLHFDataset:
             rows = rows[:max_samples]
         self.num_rows_read = len(rows)
         _refuse_images(rows, self.image_key)
+        if reward_columns is not None:
+            check_reward_columns(rows, reward_columns)
         rows, messages, ids = self._checked_rows(rows)
 
         columns = list(dict.fromkeys(k for row, _, _ in rows for k in row if k != self.prompt_key))
@@ -201,7 +225,10 @@ class RLHFDataset:
         for row, file, i in rows:
             try:
                 msgs = check_messages(row, self.prompt_key, file, i)
-                check_reward_model(row, file, i)
+                if self.reward_columns is None:
+                    check_reward_model(row, file, i)
+                else:
+                    check_reward_row(row, file, i, self.reward_columns)
             except PromptFormatError as exc:
                 self._skip_or_raise(exc)
                 continue

@@ -12,7 +12,8 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,93 @@ def check_reward_model(row: dict[str, Any], file: str, row_in_file: int) -> None
         f"{where}.ground_truth: expected a string (or a finite number) such as '42', got {_describe(truth)}; "
         f"store the reference answer as text; {SKIP_HINT}"
     )
+
+
+@dataclass(frozen=True)
+class RewardColumns:
+    """The columns the reward manager reads from every row, checked when the dataset loads (not after generation).
+
+    The manager (:class:`verl.rewards.RewardManager`) reads the data source from ``source_key`` and the reference
+    answer from ``reward_model["ground_truth"]`` for every sample, whichever function scores it; ``extra_info`` is
+    optional. What a custom reward function does with them is its own business and is not checked.
+
+    Attributes:
+        source_key: the data-source column (``data.reward_fn_key``); present and non-null in every row.
+        also: further columns that must be present and non-null (validation groups its metrics by ``data_source``).
+        check_source: called once per distinct data source; raises ``ValueError`` (its message says why and what
+            to do) for a source nothing can score, e.g. the built-in scorers' ``check_data_source``. ``None``: any.
+        reader: who reads the columns, for messages (``"the reward function (validation)"``).
+        alternative: another way out than fixing the rows, appended to messages (``""``: none).
+    """
+
+    source_key: str = "data_source"
+    also: tuple[str, ...] = ()
+    check_source: Callable[[str], None] | None = None
+    reader: str = "the reward function"
+    alternative: str = ""
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column checked: the source column, ``also``, then ``reward_model``."""
+        return tuple(dict.fromkeys((self.source_key, *self.also, "reward_model")))
+
+    def fix(self, column: str) -> str:
+        what = (
+            "a dict {'style': 'rule', 'ground_truth': <reference answer>} (`verl data gsm8k` writes it)"
+            if column == "reward_model"
+            else "the name of the row's data set (e.g. 'openai/gsm8k'; set data.reward_fn_key to another column)"
+        )
+        alternative = f", or {self.alternative}" if self.alternative else ""
+        return f"add a {column!r} column holding {what}{alternative}"
+
+
+def check_reward_columns(rows: Sequence[tuple[dict[str, Any], str, int]], spec: RewardColumns) -> None:
+    """File-level half of :class:`RewardColumns`: each file has every column in at least one row, and every data
+    source passes ``spec.check_source``. Always raises, whatever ``data.skip_bad_rows`` says (no row would be left).
+
+    Raises:
+        PromptFormatError: a file lacks a column (absent or null in every row): names the file, the column, the
+            columns it has and the fix; or a data source that ``check_source`` refuses (first row named).
+    """
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for row, file, _ in rows:
+        by_file.setdefault(file, []).append(row)
+    for file, file_rows in by_file.items():
+        for column in spec.columns:
+            if all(row.get(column) is None for row in file_rows):
+                present = sorted({key for row in file_rows for key in row})
+                raise PromptFormatError(
+                    f"{file}: no {column!r} column (columns: {present}); {spec.reader} reads it from every row, "
+                    f"so every sample would fail after generation: {spec.fix(column)}"
+                )
+    if spec.check_source is None:
+        return
+    checked: set[str] = set()
+    for row, file, i in rows:
+        source = row.get(spec.source_key)
+        if source is None or str(source) in checked:
+            continue
+        checked.add(str(source))
+        try:
+            spec.check_source(str(source))
+        except ValueError as exc:
+            raise PromptFormatError(f"{file} row {i}, field {spec.source_key!r}: {exc}") from None
+
+
+def check_reward_row(row: dict[str, Any], file: str, row_in_file: int, spec: RewardColumns) -> None:
+    """Row-level half of :class:`RewardColumns`: the row holds every column (non-null) and a valid ``reward_model``.
+
+    Raises:
+        PromptFormatError: a column is missing or null in this row (skippable with ``data.skip_bad_rows``), or
+            :func:`check_reward_model` fails.
+    """
+    for column in spec.columns:
+        if row.get(column) is None:
+            raise PromptFormatError(
+                f"{file} row {row_in_file}, field {column!r}: missing or null, but {spec.reader} reads it from "
+                f"every row: {spec.fix(column)}; {SKIP_HINT}"
+            )
+    check_reward_model(row, file, row_in_file)
 
 
 def _describe(value: Any) -> str:

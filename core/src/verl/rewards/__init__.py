@@ -15,6 +15,7 @@ from verl.rewards._procworker import ScorerSpec
 from verl.rewards.custom import load_reward_function
 from verl.rewards.default import SUPPORTED_DATA_SOURCES, default_compute_score
 from verl.rewards.errors import (
+    AllRewardsFailedError,
     RewardConfigError,
     RewardFunctionError,
     RewardFunctionLoadError,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "SUPPORTED_DATA_SOURCES",
+    "AllRewardsFailedError",
     "RewardConfigError",
     "RewardFunctionError",
     "RewardFunctionLoadError",

@@ -54,6 +54,49 @@ class RewardFunctionError(ValueError):
         return (type(self), (self.index, self.data_source, self.kind, self.detail))
 
 
+class AllRewardsFailedError(RewardFunctionError):
+    """Every sample of one reward call (a training step's batch, a validation batch) failed to score.
+
+    Raised under either ``on_error`` policy unless ``reward_model.stop_on_all_failed`` is false: a step whose
+    rewards are all substitutes measures nothing and trains on nothing but noise.
+
+    Attributes:
+        samples: number of samples in the call (all failed).
+        scorer: the reward function, as a phrase (``'compute_score' in /path/reward.py``, or the built-in scorers).
+        index, data_source, kind, detail: the first failing sample (lowest index) and its error, as in
+            :class:`RewardFunctionError`.
+        context: where the call came from (``"training step 3"``, ``"validation at step 4"``), or ``""``; set by
+            the trainer and included in the message.
+    The first sample's original exception, if any, is chained as ``__cause__``.
+    """
+
+    def __init__(
+        self, samples: int, scorer: str, index: int, data_source: object, kind: str, detail: str, context: str = ""
+    ) -> None:
+        self.samples = samples
+        self.scorer = scorer
+        self.context = context
+        ValueError.__init__(self, samples, scorer, index, data_source, kind, detail, context)
+        self.index = index
+        self.data_source = data_source
+        self.kind = kind
+        self.detail = detail
+
+    def __str__(self) -> str:
+        where = f" of {self.context}" if self.context else ""
+        return (
+            f"every reward failed: all {self.samples} samples{where} failed in the reward function "
+            f"{self.scorer}; the first, sample {self.index} (data_source={self.data_source!r}): {self.kind}: "
+            f"{self.detail}. Nothing was scored, so the run stopped rather than train on all-zero rewards. Fix "
+            "the reward function (the reward/errors metric counts failures), or set "
+            "reward_model.stop_on_all_failed=false to score such steps 0.0 and go on."
+        )
+
+    def __reduce__(self):
+        args = (self.samples, self.scorer, self.index, self.data_source, self.kind, self.detail, self.context)
+        return (type(self), args)
+
+
 class ScorerRaised(Exception):
     """Stand-in for an exception a scorer raised in a worker process whose class the trainer cannot unpickle.
 

@@ -19,6 +19,7 @@ from verl.rewards._pool import Outcome, run_with_timeouts
 from verl.rewards._procpool import ScorerProcessPool, ScorerSpec
 from verl.rewards.default import check_data_source, check_reward_kwargs, default_compute_score
 from verl.rewards.errors import (
+    AllRewardsFailedError,
     RewardConfigError,
     RewardFunctionError,
     RewardInputError,
@@ -66,6 +67,20 @@ def _parse_result(result: Any) -> tuple[float, dict[str, Any]]:
     return score, {"acc": score}
 
 
+def _describe_scorer(compute_score: Any) -> str:
+    """The reward function as named in messages: ``'name' in /path/file.py``, or the built-in scorers."""
+    if isinstance(compute_score, ScorerSpec):
+        if compute_score.path is None:
+            return "default_compute_score (the built-in scorers, chosen by data_source)"
+        return f"{compute_score.name!r} in {compute_score.path} (custom_reward_function)"
+    if compute_score is None:
+        return "default_compute_score (the built-in scorers, chosen by data_source)"
+    inner = getattr(compute_score, "func", compute_score)  # functools.partial
+    module = getattr(inner, "__module__", None)
+    name = getattr(inner, "__qualname__", None) or type(inner).__name__
+    return f"{module}.{name}" if module else name
+
+
 def _short(text: str) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= _MAX_DETAIL_CHARS else text[: _MAX_DETAIL_CHARS - 3] + "..."
@@ -98,6 +113,8 @@ class RewardManager:
         overlong_buffer: the ``dapo`` manager's soft overlong penalty
             (:class:`~verl.rewards.reward_managers.OverlongBuffer`, from ``reward_model.reward_kwargs``): added to
             every sample's score by its valid response length; ``None`` (``naive``) adds nothing.
+        stop_on_all_failed: raise :class:`AllRewardsFailedError` when every sample of a call failed, whatever
+            ``on_error`` says (``reward_model.stop_on_all_failed``); ``False`` scores them all 0.0 under ``zero``.
 
     A failure is an exception, a timeout, or a result that is ``None``, not a number/dict, a dict without
     ``"score"``, or a NaN/inf score. Configuration errors (:class:`RewardConfigError`: unknown data source,
@@ -126,6 +143,7 @@ class RewardManager:
         isolation: str = "auto",
         memory_limit_mb: int | None = 2048,
         overlong_buffer: Any = None,
+        stop_on_all_failed: bool = True,
     ) -> None:
         if on_error not in ON_ERROR_POLICIES:
             raise ValueError(f"on_error={on_error!r} is not supported; use one of {ON_ERROR_POLICIES}")
@@ -145,6 +163,8 @@ class RewardManager:
             )
         self.isolation = isolation
         self.tokenizer = tokenizer
+        self.stop_on_all_failed = bool(stop_on_all_failed)
+        self.scorer_name = _describe_scorer(compute_score)
         self.uses_default_scorer = compute_score is None or (spec is not None and spec.path is None)
         self._pool: ScorerProcessPool | None = None
         if isolation == "process":
@@ -243,6 +263,7 @@ class RewardManager:
             RewardInputError: missing column / inconsistent shapes.
             RewardConfigError: unknown data source for the default scorer, or raised by the scorer.
             RewardFunctionError: a sample failed and ``on_error="fail"``.
+        AllRewardsFailedError: every sample failed and ``stop_on_all_failed`` (a :class:`RewardFunctionError`).
         """
         batch, non_tensor = data.batch, data.non_tensor_batch
         if batch is None or "responses" not in set(batch.keys()):
@@ -360,6 +381,7 @@ class RewardManager:
         scores = [0.0] * bs
         extras: list[dict[str, Any] | None] = []  # None marks a failed sample
         errors = 0
+        first: tuple[int, str, str, BaseException | None] | None = None  # (index, kind, detail, error)
         by_kind = dict.fromkeys(_KIND_METRICS.values(), 0)
         for index, outcome in enumerate(outcomes):
             if outcome is not None and outcome.ok:
@@ -372,11 +394,20 @@ class RewardManager:
             if outcome is None:  # not started: the run stopped on a failure, which _failure raises below
                 extras.append(None)
                 continue
-            kind, _ = self._failure(index, outcome, data_sources[index])
+            kind, detail = self._failure(index, outcome, data_sources[index])
+            if first is None:
+                first = (index, kind, detail, outcome.error)
             errors += 1
             if kind in _KIND_METRICS:
                 by_kind[_KIND_METRICS[kind]] += 1
             extras.append(None)
+        if self.stop_on_all_failed and first is not None and errors == bs:
+            index, kind, detail, error = first
+            failure = AllRewardsFailedError(bs, self.scorer_name, index, data_sources[index], kind, detail)
+            remote = getattr(error, "remote_traceback", None)
+            if remote:
+                failure.add_note(f"traceback of sample {index} in the reward worker process:\n{remote.rstrip()}")
+            raise failure from error
         penalties = None
         if self.overlong_buffer is not None:  # dapo: the length penalty adds to the score (a failed one is 0.0)
             penalties = [self.overlong_buffer.penalty(length) for length in lengths]

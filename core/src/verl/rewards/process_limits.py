@@ -61,6 +61,7 @@ def apply_limits(
     cpu_s: int | None = None,
     file_size_mb: int | None = None,
     open_files: int | None = None,
+    processes: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Apply every given limit (soft = hard = the value, so the process cannot raise it back); None skips one.
 
@@ -71,7 +72,11 @@ def apply_limits(
     * ``RLIMIT_CPU`` = ``cpu_s`` CPU seconds (hard: one more): the kernel sends ``SIGXCPU`` (the process dies);
     * ``RLIMIT_FSIZE`` = ``file_size_mb`` MiB per written file (Python ignores ``SIGXFSZ``, so a write past it
       raises ``OSError: [Errno 27] File too large``);
-    * ``RLIMIT_NOFILE`` = ``open_files`` descriptors.
+    * ``RLIMIT_NOFILE`` = ``open_files`` descriptors;
+    * ``RLIMIT_NPROC`` = ``processes``: a ``fork`` / ``clone`` (threads too) fails with ``EAGAIN`` once the real
+      uid has that many tasks. Since Linux 5.14 the count is per user namespace, so it bounds one box only when
+      the process runs in a user namespace of its own; outside one it counts every process of the user on the
+      machine (and root is exempt).
 
     Returns:
         ``(applied, skipped)``: the names applied (``"rlimit_core"``, ``"rlimit_as"``, ...) and, for each one
@@ -85,6 +90,7 @@ def apply_limits(
         ("rlimit_cpu", resource.RLIMIT_CPU, None if cpu_s is None else int(cpu_s)),
         ("rlimit_fsize", resource.RLIMIT_FSIZE, None if file_size_mb is None else int(file_size_mb) * _MB),
         ("rlimit_nofile", resource.RLIMIT_NOFILE, None if open_files is None else int(open_files)),
+        ("rlimit_nproc", resource.RLIMIT_NPROC, None if processes is None else int(processes)),
     ]
     applied: list[str] = []
     skipped: dict[str, str] = {}

@@ -6,7 +6,7 @@
   ``release``;
 * :mod:`verl.tools.config`: :func:`~verl.tools.config.load_tools` for ``multi_turn.tool_config_path`` files;
 * built-in tools: :mod:`verl.tools.gsm8k` (``calc_gsm8k_reward``), :mod:`verl.tools.code_interpreter`
-  (``code_interpreter``, local and resource-limited, see :mod:`verl.tools.sandbox`; not a security boundary) and
+  (``code_interpreter``, local, each call in a box: :mod:`verl.tools.isolation`, :mod:`verl.tools.sandbox`) and
   :mod:`verl.tools.sandbox_fusion` (``code_interpreter`` on a sandbox-fusion server); YAML files for the first
   two are in ``verl/tools/configs/``.
 

@@ -19,7 +19,7 @@ from verl.tools._loading import entry_mapping, import_class, read_entries
 from verl.tools.base import BaseTool
 from verl.tools.schemas import ToolSchema
 
-__all__ = ["load_tools"]
+__all__ = ["describe_isolation", "load_tools"]
 
 _EXAMPLE = """  - class_name: verl.tools.gsm8k.Gsm8kTool
     config: {type: native}
@@ -69,3 +69,19 @@ def load_tools(path: str | Path) -> list[BaseTool]:
         seen[tool.name] = i
         tools.append(tool)
     return tools
+
+
+def describe_isolation(path: str | Path) -> list[str]:
+    """``"<tool name>: <isolation>"`` for each tool of the file that runs model-written code locally (the code
+    interpreter): what ``verl train`` prints at start. Builds the tools (their isolation probes are cached).
+
+    Raises:
+        ValueError: as :func:`load_tools`.
+    """
+    from verl.tools.isolation import Isolation
+
+    return [
+        f"{tool.name}: {tool.isolation.describe()}"
+        for tool in load_tools(path)
+        if isinstance(getattr(tool, "isolation", None), Isolation)
+    ]

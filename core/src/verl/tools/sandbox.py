@@ -1,13 +1,15 @@
-"""Run a Python program in a separate, resource-limited process: :func:`run_python` (the code interpreter's engine).
+"""Run a Python program in a box: :func:`run_python` (the code interpreter's engine).
 
 Each run gets a fresh ``python -I -u`` interpreter started with ``asyncio.create_subprocess_exec`` (never a fork
 of the trainer, whose torch threads and locks a fork would copy), in a session and process group of its own,
-with a throw-away working folder (deleted afterwards), a scrubbed environment (``PATH``, ``HOME`` / ``TMPDIR`` =
-the folder, a UTF-8 locale, one BLAS thread), stdin on ``/dev/null`` and stdout / stderr read through pipes up to
-a byte cap. The child protects itself before the code runs (:mod:`verl.tools._sandbox_child`: network namespace,
-rlimits, audit hook) and reports what it applied. The parent kills the whole group when the wall-clock limit
-passes, when the output cap is reached, when the caller is cancelled, and after a normal exit (so nothing the
-program left behind in its group survives).
+with a throw-away folder (deleted afterwards), a scrubbed environment (``PATH``, ``HOME`` / ``TMPDIR`` = the
+working folder, a UTF-8 locale, one BLAS thread), stdin on ``/dev/null`` and stdout / stderr read through pipes up
+to a byte cap. The isolation (:mod:`verl.tools.isolation`) decides what surrounds it: a box built by bubblewrap or
+by the kernel's namespaces (:mod:`verl.tools._box_layout` says what is inside, :mod:`verl.tools._box_launch` how
+it starts), or nothing (``unsafe_none``). Inside, :mod:`verl.tools._sandbox_child` sets the rlimits, checks the
+walls and reports what it applied. The parent kills the whole group when the wall-clock limit passes, when the
+output cap is reached, when the caller is cancelled, and after a normal exit; in a box, the end of its PID
+namespace's first process kills every process the program left, whatever session or group it moved to.
 
 Concurrency: :class:`ThreadSafeSemaphore` bounds the runs in flight across every thread and event loop of the
 process (the agent manager runs one event loop per worker thread, all sharing one tool).
@@ -20,22 +22,20 @@ import collections
 import contextlib
 import json
 import os
-import shutil
 import signal
-import stat
+import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import attrs
 
-__all__ = ["RunResult", "SandboxLimits", "ThreadSafeSemaphore", "run_python"]
+from verl.tools._box_launch import build_launch, call_folder, open_box_files
+from verl.tools.isolation import Isolation, resolve_isolation
 
-_CHILD = Path(__file__).with_name("_sandbox_child.py")
-_LIMITS = Path(__file__).resolve().parents[1] / "rewards" / "process_limits.py"
+__all__ = ["RunResult", "SandboxLimits", "SandboxSetupError", "ThreadSafeSemaphore", "run_python", "run_python_sync"]
+
 _CHUNK = 1 << 16
 _DRAIN_AFTER_KILL_S = 2.0  # a descendant that left the group may hold the pipes open: stop waiting for it
 
@@ -60,9 +60,11 @@ class SandboxLimits:
         cpu_s: CPU seconds (``RLIMIT_CPU``; the kernel kills with SIGXCPU); None = ``ceil(timeout_s) + 1``.
         file_size_mb: largest file the program may write (``RLIMIT_FSIZE``), MiB.
         open_files: file descriptors (``RLIMIT_NOFILE``).
+        processes: processes and threads of the box's user (``RLIMIT_NPROC``, counted in the box's own user
+            namespace, its 2-3 supervising processes included); beyond it ``fork`` fails with ``EAGAIN``.
         output_bytes: bytes kept of stdout and of stderr each; more kills the run (it could only be thrown away).
-        network_namespace: try ``unshare(CLONE_NEWNET)`` (the audit hook refuses network use either way).
-        python: the interpreter to run (default: this one, so the run sees the same installed packages).
+        network_namespace: ``unsafe_none`` only: try ``unshare(CLONE_NEWNET)`` (a box always has its own).
+        python: ``unsafe_none`` only: the interpreter to run (a box runs :attr:`Isolation.interpreter`).
 
     Raises:
         ValueError: a value that is not a positive number of its kind.
@@ -73,6 +75,7 @@ class SandboxLimits:
     cpu_s: int | None = attrs.field(default=None, validator=_positive(int, allow_none=True))
     file_size_mb: int = attrs.field(default=16, validator=_positive(int))
     open_files: int = attrs.field(default=64, validator=_positive(int))
+    processes: int = attrs.field(default=32, validator=_positive(int))
     output_bytes: int = attrs.field(default=64 * 1024, validator=_positive(int))
     network_namespace: bool = True
     python: str = sys.executable
@@ -92,8 +95,8 @@ class RunResult:
         timed_out: the wall-clock limit killed it.
         truncated: the output cap was reached (and the run killed).
         duration_s: wall-clock seconds from start to exit.
-        protections: the child's report ``{"applied": [...], "skipped": {name: reason}}``; ``applied`` is empty
-            and ``skipped`` says why when the child died before reporting.
+        protections: the child's report ``{"isolation": mode, "applied": [...], "skipped": {name: reason}}``;
+            ``applied`` is empty and ``skipped`` says why when the child died before reporting.
     """
 
     stdout: str
@@ -103,6 +106,11 @@ class RunResult:
     truncated: bool
     duration_s: float
     protections: dict[str, Any]
+
+
+class SandboxSetupError(RuntimeError):
+    """The box of one call could not be built (a mount, a namespace, a check of its walls failed); nothing of
+    the program ran. The message names the step and the kernel's error."""
 
 
 class ThreadSafeSemaphore:
@@ -169,162 +177,206 @@ class ThreadSafeSemaphore:
         self.release()
 
 
-def _environment(workdir: str) -> dict[str, str]:
-    # Nothing of the trainer's environment (tokens, cluster addresses) reaches the program.
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
-
-
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _remove_tree(path: str) -> None:
-    """Delete the run's folder even where the program removed its own permissions on something in it."""
-
-    def retry(func: Any, target: str, _exc: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(target), stat.S_IRWXU)
-            os.chmod(target, stat.S_IRWXU)
-        with contextlib.suppress(OSError):
-            func(target)
-
-    shutil.rmtree(path, onerror=retry)  # onexc is 3.12+; onerror still works there
-
-
 async def _drain(stream: asyncio.StreamReader, cap: int, on_overflow: Any) -> tuple[bytes, bool]:
+    """Read ``stream`` to its end, keeping the first ``cap`` bytes; past them, call ``on_overflow`` once and read
+    the rest only to throw it away (a pipe left unread would keep its transport open after the call)."""
     buf = bytearray()
-    while True:
-        chunk = await stream.read(_CHUNK)
-        if not chunk:
-            return bytes(buf), False
+    overflowed = False
+    while chunk := await stream.read(_CHUNK):
         room = cap - len(buf)
-        if len(chunk) > room:
+        if len(chunk) > room and not overflowed:
             buf += chunk[:room]
+            overflowed = True
             on_overflow()
-            return bytes(buf), True
-        buf += chunk
+        elif not overflowed:
+            buf += chunk
+    return bytes(buf), overflowed
 
 
 async def _exited(proc: asyncio.subprocess.Process, deadline: float) -> bool:
     """Wait until the child itself exits (True) or ``deadline`` (``time.monotonic()``) passes (False).
 
-    Not ``proc.wait()``: that also waits for the pipes to close, which a descendant holding them delays.
+    Not ``proc.wait()``: that also waits for the pipes to close, which a descendant holding them delays. Polls
+    every 2-5 ms during the first second (most calls end there, and a coarser step would add up to its length to
+    each), then every 25 ms.
     """
-    delay = 0.002
+    delay, fine_until = 0.002, time.monotonic() + 1.0
     while proc.returncode is None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        now = time.monotonic()
+        if now >= deadline:
             return False
-        await asyncio.sleep(min(delay, remaining))
-        delay = min(delay * 2, 0.025)
+        await asyncio.sleep(min(delay, deadline - now))
+        delay = 0.005 if now < fine_until else 0.025
     return True
 
 
-def _read_report(fd: int) -> dict[str, Any]:
+def _read_report(fd: int) -> tuple[dict[str, Any], dict[str, int] | None]:
+    """The child's protections record and its exit record (None when the supervisor did not write one)."""
     data = b""
     with contextlib.suppress(OSError):
         os.set_blocking(fd, False)
         while chunk := os.read(fd, 4096):
             data += chunk
-    with contextlib.suppress(ValueError):
-        report = json.loads(data.decode() or "null")
-        if isinstance(report, dict):
-            return report
-    return {"applied": [], "skipped": {"all": "the child exited before reporting its protections"}}
+    protections: dict[str, Any] | None = None
+    exit_record = None
+    for line in data.decode(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and isinstance(record.get("exit"), dict):
+                exit_record = record["exit"]
+            elif isinstance(record, dict) and protections is None:
+                protections = record
+    if protections is None:
+        protections = {"applied": [], "skipped": {"all": "the child exited before reporting its protections"}}
+    return protections, exit_record
 
 
-async def run_python(code: str, limits: SandboxLimits | None = None) -> RunResult:
-    """Run ``code`` as a Python program under ``limits``; see the module docstring for what surrounds it.
+def _exit_code(exit_record: dict[str, int] | None, returncode: int | None) -> int:
+    # The supervisor's record is how the model's own process ended; bwrap would report a signal as 128 + n.
+    if exit_record and isinstance(exit_record.get("signal"), int):
+        return -exit_record["signal"]
+    if exit_record and isinstance(exit_record.get("code"), int):
+        return exit_record["code"]
+    return int(returncode if returncode is not None else -signal.SIGKILL)
 
-    Cancelling the awaiting task kills the process group and deletes the folder before re-raising.
+
+def _checked(result: RunResult) -> RunResult:
+    failed = result.protections.get("failed")
+    if failed:
+        raise SandboxSetupError(f"the code interpreter's box could not be set up, nothing ran: {failed}")
+    return result
+
+
+def _resolve(isolation: Isolation | None) -> Isolation:
+    return isolation if isolation is not None else resolve_isolation("auto", None)
+
+
+async def run_python(code: str, limits: SandboxLimits | None = None, isolation: Isolation | None = None) -> RunResult:
+    """Run ``code`` as a Python program under ``limits`` in ``isolation``; see the module docstring.
+
+    ``isolation`` None: :func:`~verl.tools.isolation.resolve_isolation` ``("auto", None)`` (probed once per
+    process). Cancelling the awaiting task kills the process group and deletes the folder before re-raising.
 
     Raises:
         TypeError: ``code`` is not a string.
         RuntimeError: not a POSIX system (process groups and rlimits are needed).
-        OSError: the interpreter could not be started.
+        IsolationUnavailableError: ``isolation`` None and no box can be built here.
+        SandboxSetupError: the box could not be built for this call (nothing of the code ran).
+        OSError: the interpreter (or bwrap) could not be started.
     """
     if not isinstance(code, str):
         raise TypeError(f"run_python: code must be str, got {type(code).__name__}")
     if os.name != "posix":
         raise RuntimeError("the code interpreter sandbox needs a POSIX system (process groups, rlimits)")
     limits = limits or SandboxLimits()
-    root = tempfile.mkdtemp(prefix="verl-code-")
+    isolation = _resolve(isolation)
     report_r, report_w = os.pipe()
     proc = None
     drains: list[asyncio.Future] = []
     try:
-        workdir = os.path.join(root, "work")
-        os.mkdir(workdir, 0o700)
-        code_path = os.path.join(root, "code.py")
-        Path(code_path).write_text(code, encoding="utf-8")
-        settings = {
-            "code_path": code_path,
-            "limits_path": str(_LIMITS),
-            "report_fd": report_w,
-            "memory_mb": limits.memory_mb,
-            "cpu_s": limits.cpu_seconds(),
-            "file_size_mb": limits.file_size_mb,
-            "open_files": limits.open_files,
-            "network_namespace": limits.network_namespace,
-        }
-        start = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            limits.python,
-            "-I",
-            "-u",
-            str(_CHILD),
-            json.dumps(settings),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=workdir,
-            env=_environment(workdir),
-            start_new_session=True,
-            pass_fds=(report_w,),
-        )
-        os.close(report_w)
-        report_w = -1
-        pgid = proc.pid  # start_new_session: the child leads its own session and group
-        assert proc.stdout is not None and proc.stderr is not None
-        out_task = asyncio.ensure_future(_drain(proc.stdout, limits.output_bytes, lambda: _kill_group(pgid)))
-        err_task = asyncio.ensure_future(_drain(proc.stderr, limits.output_bytes, lambda: _kill_group(pgid)))
-        drains = [out_task, err_task]
-        timed_out = not await _exited(proc, start + limits.timeout_s)
-        duration = time.monotonic() - start
-        _kill_group(pgid)  # at the timeout; else whatever the program left running in its group dies with it
-        await proc.wait()
-        done, _ = await asyncio.wait(drains, timeout=_DRAIN_AFTER_KILL_S)
-        (out, out_cut), (err, err_cut) = (
-            task.result() if task in done else (b"", False) for task in (out_task, err_task)
-        )
-        return RunResult(
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
-            exit_code=int(proc.returncode if proc.returncode is not None else -signal.SIGKILL),
-            timed_out=timed_out,
-            truncated=out_cut or err_cut,
-            duration_s=duration,
-            protections=_read_report(report_r),
-        )
+        with call_folder(code, isolation) as folder, open_box_files(isolation, folder) as data_fds:
+            launch = build_launch(isolation, limits, folder, report_w, data_fds)
+            start = time.monotonic()
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *launch.argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    start_new_session=True,
+                    **launch.subprocess_kwargs(),
+                )
+                os.close(report_w)
+                report_w = -1
+                pgid = proc.pid  # start_new_session: the child leads its own session and group
+                assert proc.stdout is not None and proc.stderr is not None
+                out_task = asyncio.ensure_future(_drain(proc.stdout, limits.output_bytes, lambda: _kill_group(pgid)))
+                err_task = asyncio.ensure_future(_drain(proc.stderr, limits.output_bytes, lambda: _kill_group(pgid)))
+                drains = [out_task, err_task]
+                timed_out = not await _exited(proc, start + limits.timeout_s)
+                duration = time.monotonic() - start
+                _kill_group(pgid)  # at the timeout; else whatever the program left running in its group dies
+                await proc.wait()
+                done, _ = await asyncio.wait(drains, timeout=_DRAIN_AFTER_KILL_S)
+                (out, out_cut), (err, err_cut) = (
+                    task.result() if task in done else (b"", False) for task in (out_task, err_task)
+                )
+                protections, exit_record = _read_report(report_r)
+                return _checked(
+                    RunResult(
+                        stdout=out.decode("utf-8", "replace"),
+                        stderr=err.decode("utf-8", "replace"),
+                        exit_code=_exit_code(None if timed_out else exit_record, proc.returncode),
+                        timed_out=timed_out,
+                        truncated=out_cut or err_cut,
+                        duration_s=duration,
+                        protections=protections,
+                    )
+                )
+            finally:
+                for task in drains:
+                    task.cancel()
+                if proc is not None and proc.returncode is None:  # cancelled or failed midway
+                    _kill_group(proc.pid)
+                    with contextlib.suppress(BaseException):
+                        await asyncio.wait_for(asyncio.shield(proc.wait()), _DRAIN_AFTER_KILL_S)
     finally:
-        for task in drains:
-            task.cancel()
-        if proc is not None and proc.returncode is None:  # cancelled or failed midway
-            _kill_group(proc.pid)
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), _DRAIN_AFTER_KILL_S)
         for fd in (report_r, report_w):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        _remove_tree(root)
+
+
+def run_python_sync(code: str, limits: SandboxLimits, isolation: Isolation) -> RunResult:
+    """:func:`run_python` without an event loop, for short programs (the isolation probe): output is kept whole
+    (no ``output_bytes`` cap), the wall-clock limit kills the process group.
+
+    Raises:
+        SandboxSetupError: the box could not be built (the message says which step failed).
+        OSError: the interpreter (or bwrap) could not be started.
+    """
+    report_r, report_w = os.pipe()
+    try:
+        with call_folder(code, isolation) as folder, open_box_files(isolation, folder) as data_fds:
+            launch = build_launch(isolation, limits, folder, report_w, data_fds)
+            start = time.monotonic()
+            proc = subprocess.Popen(
+                launch.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                **launch.subprocess_kwargs(),
+            )
+            os.close(report_w)
+            report_w = -1
+            try:
+                out, err = proc.communicate(timeout=limits.timeout_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid)
+                out, err = proc.communicate()
+                timed_out = True
+            _kill_group(proc.pid)
+            protections, exit_record = _read_report(report_r)
+            return _checked(
+                RunResult(
+                    stdout=out.decode("utf-8", "replace"),
+                    stderr=err.decode("utf-8", "replace"),
+                    exit_code=_exit_code(None if timed_out else exit_record, proc.returncode),
+                    timed_out=timed_out,
+                    truncated=False,
+                    duration_s=time.monotonic() - start,
+                    protections=protections,
+                )
+            )
+    finally:
+        for fd in (report_r, report_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)

@@ -6,10 +6,12 @@ Set ``VERL_FAULT_INJECT="<stage>:<step>[:<action>]"`` before ``verl train``:
   logged as ``step``): one of :data:`STAGES`, the trainer's ``timing_s/<stage>`` names, plus
   ``checkpoint_write`` = inside :meth:`verl.trainer.checkpoint.CheckpointManager.save` of checkpoint
   ``global_step_<step>``, after its first part is written into the temp folder and before the rename and
-  the tracker file.
+  the tracker file; ``testing`` = the validation after step ``step`` (after its row is logged); ``export`` =
+  writing ``final_hf/`` after the last step ``step``.
 * ``action`` — ``kill`` (default): ``SIGKILL`` this process, as an OOM killer or a lost node would (no
   ``finally``, no flush, no atexit); ``oserror``: raise ``OSError(ENOSPC, "No space left on device")`` as a
-  full disk would.
+  full disk would; ``sigint`` / ``sigterm``: send this process ``SIGINT`` (Ctrl-C) / ``SIGTERM`` (a
+  scheduler's stop) and go on, as a signal arriving at that moment would.
 
 Example: ``VERL_FAULT_INJECT=update_actor:3 verl train ...`` dies at the start of step 3's actor update.
 The variable is read once, by :func:`arm` (``PPOTrainer.init``); unset, every :func:`check` is one ``None``
@@ -41,8 +43,10 @@ STAGES = (
     "wake_up",
     "update_weights",
     "offload",
+    "testing",
+    "export",
 )
-ACTIONS = ("kill", "oserror")
+ACTIONS = ("kill", "oserror", "sigint", "sigterm")
 
 _plan: tuple[str, int, str] | None = None  # (stage, step, action) armed from ENV_VAR
 
@@ -81,10 +85,16 @@ def check(stage: str, step: int) -> None:
     """Fire the armed fault if it names ``stage`` at ``step``; otherwise do nothing.
 
     Raises:
-        OSError: ``errno.ENOSPC``, when the armed action is ``oserror``. (``kill`` never returns.)
+        OSError: ``errno.ENOSPC``, when the armed action is ``oserror``. (``kill`` never returns; ``sigint`` /
+            ``sigterm`` raise whatever the process's handler for that signal raises.)
     """
     if _plan is None or _plan[0] != stage or _plan[1] != step:
         return
-    if _plan[2] == "oserror":
+    action = _plan[2]
+    if action == "oserror":
         raise OSError(errno.ENOSPC, f"No space left on device (injected by {ENV_VAR}={stage}:{step}:oserror)")
+    if action in ("sigint", "sigterm"):
+        # Python runs the handler in this thread right after os.kill returns, i.e. at this point of the stage.
+        os.kill(os.getpid(), signal.SIGINT if action == "sigint" else signal.SIGTERM)
+        return
     os.kill(os.getpid(), signal.SIGKILL)

@@ -5,7 +5,8 @@ command line starts ``verl train`` from verl's defaults (``verl train --schema-d
 run config that a bare ``verl train`` uses), after the translation :mod:`verl.cli.hydra_args` describes
 (``+key``/``++key``, ``--config-path``/``--config-name``, ``hydra.run.dir``, ``hydra.searchpath``, the dropped
 and refused Hydra settings). ``--cfg job`` prints the config as ``verl config show`` does instead of training.
-Exit status as ``verl train``: 0 done, 2 config or set-up error, 1 run error.
+Exit status as ``verl train``: 0 done, 2 config or set-up error, 1 run error, 130 / 143 stopped by SIGINT /
+SIGTERM (the line ``stopped at step N; rerun to resume from ...``).
 """
 
 from __future__ import annotations

@@ -17,12 +17,11 @@ from typing import Any
 from verl.trainer import faults
 from verl.trainer.dynamic_sampling import endless_batches, gen_batch_size
 from verl.trainer.guards import NonFiniteStepGuard
-from verl.trainer.metrics import marked_timer
 from verl.trainer.placement import build_worker_groups, init_weight_sync_group, sync_weights
 from verl.trainer.step import PROMPT_KEYS, StepStages
+from verl.trainer.stops import StopSignals
 from verl.trainer.switching import ModeSwitcher
 from verl.trainer.validation_loop import ValidationLoop
-from verl.workers.switching import reduce_rank_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +62,13 @@ class PPOTrainer(StepStages, ValidationLoop):
         config: resolved :class:`verl.config.RootConfig`.
         run_dir: where ``metrics.jsonl`` (and, from ``verl train``, ``config.yaml`` and ``final_hf/``) go;
             checkpoints go to ``trainer.default_local_dir``.
+        stops: the SIGINT/SIGTERM handling the step holds while a checkpoint is saved (``verl train`` installs
+            it); default: one that is not installed (Python's own handlers act).
 
     Call :meth:`init` then :meth:`fit`.
     """
 
-    def __init__(self, config: Any, run_dir: str | Path) -> None:
+    def __init__(self, config: Any, run_dir: str | Path, stops: StopSignals | None = None) -> None:
         from verl.plugins import choose_platform, get_plugin_manager
         from verl.plugins.selection import check_engines_run_on, describe_selection, selected_engines
 
@@ -87,6 +88,8 @@ class PPOTrainer(StepStages, ValidationLoop):
         self.already_finished = False  # set by fit() when a resumed run had no step left
         self.validation_history: list[dict[str, Any]] = []
         self.nonfinite_guard = NonFiniteStepGuard(config.trainer.max_nonfinite_steps)
+        self._updates_at_checkpoint = (0, 0)  # the guard's (applied, skipped) counts at the last save / resume
+        self.stops = stops if stops is not None else StopSignals()
         self.set_aside: list[tuple[Path, Path]] = []  # an earlier run's outputs renamed by init()
         self.off_policy: Any = None  # the one-step off-policy pipeline (async_training.staleness_threshold=1)
 
@@ -113,11 +116,22 @@ class PPOTrainer(StepStages, ValidationLoop):
             cfg.actor_rollout_ref.model.tokenizer_path or model_path,
             trust_remote_code=cfg.data.trust_remote_code or cfg.actor_rollout_ref.model.trust_remote_code,
         )
+        train_columns, val_columns = self._reward_columns()
         self.train_dataset = RLHFDataset(
-            list(cfg.data.train_files), self.tokenizer, cfg.data, max_samples=cfg.data.train_max_samples
+            list(cfg.data.train_files),
+            self.tokenizer,
+            cfg.data,
+            max_samples=cfg.data.train_max_samples,
+            reward_columns=train_columns,
         )
         self.val_dataset = (
-            RLHFDataset(list(cfg.data.val_files), self.tokenizer, cfg.data, max_samples=cfg.data.val_max_samples)
+            RLHFDataset(
+                list(cfg.data.val_files),
+                self.tokenizer,
+                cfg.data,
+                max_samples=cfg.data.val_max_samples,
+                reward_columns=val_columns,
+            )
             if cfg.data.val_files
             else None
         )
@@ -195,6 +209,29 @@ class PPOTrainer(StepStages, ValidationLoop):
                 ", ".join(f"{old} -> {new}" for old, new in self.set_aside),
             )
 
+    def _reward_columns(self) -> tuple[Any, Any]:
+        """What the reward manager will read from the training rows and the validation rows
+        (:class:`~verl.data.rows.RewardColumns`); ``None`` for training scored by a reward model alone
+        (``reward_model.enable`` with ``combine=replace``: the rule reward does not run there)."""
+        from verl.data.rows import RewardColumns
+        from verl.rewards.default import check_data_source
+
+        cfg = self.config
+        rm = cfg.reward_model
+        custom = cfg.custom_reward_function.path
+        scorer = f"custom_reward_function {custom}" if custom else "the built-in scorers"
+        common = {"source_key": cfg.data.reward_fn_key, "check_source": None if custom else check_data_source}
+        train = None
+        if not (rm.enable and rm.combine == "replace"):
+            train = RewardColumns(
+                **common,
+                reader=f"the reward manager (scoring with {scorer})",
+                alternative="score with a reward model alone (reward_model.enable=true, reward_model.combine=replace)",
+            )
+        # Validation always scores with the reward function and groups its metrics by data_source.
+        val = RewardColumns(**common, also=("data_source",), reader=f"validation (scoring with {scorer})")
+        return train, val
+
     def _build_critic_and_rm(self) -> None:
         """The critic group (``critic.enable``) and the reward-model group (``reward_model.enable``), or None."""
         from verl.trainer.roles import build_role_group
@@ -239,6 +276,7 @@ class PPOTrainer(StepStages, ValidationLoop):
             num_workers=rm.num_workers,
             isolation=rm.isolation,
             memory_limit_mb=rm.memory_limit_mb,
+            stop_on_all_failed=rm.stop_on_all_failed,
         )
 
     # ------------------------------------------------------------------ checkpoints
@@ -276,7 +314,7 @@ class PPOTrainer(StepStages, ValidationLoop):
         if self.critic_wg is not None:  # verl's layout: global_step_N/critic beside .../actor
             parts["critic"] = lambda path: save_role(self.critic_wg, path)
         guard = self.nonfinite_guard
-        applied0, skipped0 = getattr(self, "_updates_at_checkpoint", (0, 0))  # since the last save / resume
+        applied0, skipped0 = self._updates_at_checkpoint  # since the last save / resume
 
         def health() -> CheckpointHealth:
             nonfinite = sorted(f"rank{r.get('rank', '?')}:{n}" for r in reports for n in r.get("nonfinite", []))
@@ -372,24 +410,38 @@ class PPOTrainer(StepStages, ValidationLoop):
     def fit(self) -> dict[str, float]:
         """Train until ``total_training_steps``; returns the last step's metrics.
 
-        Resumes first (``trainer.resume_mode``); a run that already reached the last step
-        reports so and returns without training. Otherwise ``metrics.jsonl`` is rewound to the
-        starting step (:meth:`Tracking.rewind`): rows of steps after the checkpoint, which are about
-        to run again, are dropped, so the log holds one row per step, as an uninterrupted run's.
+        Resumes first (``trainer.resume_mode``). ``metrics.jsonl`` is rewound to the starting step
+        (:meth:`Tracking.rewind`): rows of steps after the checkpoint, which are about to run again, are dropped,
+        so the log holds one row per step, as an uninterrupted run's. Each step's row is logged (fsynced) before
+        its validation runs; the validation metrics are then merged into it (:meth:`Tracking.update`). A resumed
+        step whose row lacks the validation that was due runs it first (:meth:`_complete_resumed_step`). A run
+        resumed at its last step is finished only when that row is complete; otherwise the missing validation
+        runs and :attr:`already_finished` is set so the caller exports ``final_hf/`` if missing.
+
+        Raises:
+            NonFiniteStepsError: the non-finite step guard tripped (:mod:`verl.trainer.guards`).
+            StopRequested: SIGINT/SIGTERM, when :attr:`stops` is installed (after the checkpoint in progress and
+                its step's row, :mod:`verl.trainer.stops`).
         """
         cfg = self.config.trainer
         self.load_checkpoint()
         if cfg.val_only:
             return self._validate_only()
+        self.tracking.rewind(self.global_steps)
+        rows = self.tracking.rows()
+        if rows is not None and self.global_steps > 0:
+            self.nonfinite_guard.resume(rows, self.global_steps)
         if self.global_steps >= self.total_training_steps:
+            self.already_finished = True
+            if self._complete_resumed_step(rows, last=True):
+                return self.final_metrics
             print(
                 f"verl train: already finished ({self.global_steps}/{self.total_training_steps} steps in "
                 f"{self.checkpoints.root}); nothing to do"
             )
-            self.already_finished = True
             return {}
-        self.tracking.rewind(self.global_steps)
         self._start_generation()
+        self._complete_resumed_step(rows, last=False)
         if cfg.val_before_train and self.global_steps == 0:
             val = self.validate()
             if val:
@@ -399,26 +451,34 @@ class PPOTrainer(StepStages, ValidationLoop):
         batches = endless_batches(self.train_dataloader)
         try:
             while self.global_steps < self.total_training_steps:
-                # One-step off-policy reads its batches from the iterator itself, one step ahead.
-                metrics = self.train_step(None if self.off_policy else next(batches), batches)
+                # A stop signal during the step's checkpoint save waits for the save and this row (stops.py).
+                with self.stops.step():
+                    # One-step off-policy reads its batches from the iterator itself, one step ahead.
+                    metrics = self.train_step(None if self.off_policy else next(batches), batches)
+                    self.tracking.log(metrics, step=self.global_steps)
                 last = self.global_steps >= self.total_training_steps
-                if cfg.test_freq > 0 and (self.global_steps % cfg.test_freq == 0 or last):
-                    with marked_timer("testing", timing := {}):
-                        if self.off_policy is not None:  # validate the updated weights, not the rollout's older ones
-                            metrics.update(reduce_rank_metrics(self.off_policy.sync(self.global_steps)))
-                        metrics.update(self.validate())
-                    metrics["timing_s/testing"] = timing["testing"]
-                self.tracking.log(metrics, step=self.global_steps)
-                if self.nonfinite_guard.tripped:  # checkpoint (unless this step just saved one), then stop
-                    self.final_metrics = metrics
-                    saved = self._should_save()
-                    raise self.nonfinite_guard.stop(
-                        (lambda: self.checkpoints.step_dir(self.global_steps)) if saved else self.save_checkpoint
-                    )
+                guard = self.nonfinite_guard
+                if guard.tripped or (last and guard.nothing_applied):
+                    self._stop_nonfinite(metrics)
+                if self._validation_due(self.global_steps):
+                    metrics.update(self._validate_step())
         finally:
             batches.close()  # stops the loader's row-reading worker processes (data.dataloader_num_workers)
         self.final_metrics = metrics
         return metrics
+
+    def _stop_nonfinite(self, metrics: dict[str, Any]) -> None:
+        """Checkpoint (unless this step just saved one), then raise the guard's :class:`NonFiniteStepsError`."""
+        self.final_metrics = metrics
+        saved = self._should_save()
+        self.stops.hold("the checkpoint before stopping is saved")
+        try:
+            error = self.nonfinite_guard.stop(
+                (lambda: self.checkpoints.step_dir(self.global_steps)) if saved else self.save_checkpoint
+            )
+        finally:
+            self.stops.discard()  # the run stops right after either way
+        raise error
 
     def close(self, exit_code: int = 0) -> None:
         """Flush and close the loggers; stop Ray workers (the Ray runtime itself is left to its owner).

@@ -47,6 +47,7 @@ class StepStages(DynamicSampling):
 
     config: Any
     global_steps: int
+    stops: Any  # verl.trainer.stops.StopSignals
     _timing: dict[str, float]
     _step_in_flight: int
 
@@ -93,6 +94,9 @@ class StepStages(DynamicSampling):
             self._update(batch, metrics)
             self.global_steps += 1
             if self._should_save():
+                # A Ctrl-C / SIGTERM from here on waits until the checkpoint is complete and this step's row is
+                # logged (PPOTrainer.fit ends the hold): a stop never leaves a checkpoint without its row.
+                self.stops.hold(f"checkpoint global_step_{self.global_steps} is saved and its step logged")
                 with self.stage("save_checkpoint"):
                     self.save_checkpoint()
             if self.off_policy is None:  # off-policy: the weights go at the next step's start (or validation)
@@ -365,8 +369,17 @@ class StepStages(DynamicSampling):
             batch.batch.pop(key)
         return batch.union(gen_out)
 
-    def _reward(self, batch: Any, reward_fn: Any, metrics: dict[str, Any]) -> None:
-        result = reward_fn(batch, return_dict=True)
+    def _reward(self, batch: Any, reward_fn: Any, metrics: dict[str, Any], *, context: str | None = None) -> None:
+        """Score ``batch`` in place (``token_level_scores``, ``reward_extra/*`` columns) and add the reward counts
+        to ``metrics``. ``context`` names the call in an :class:`~verl.rewards.errors.AllRewardsFailedError`
+        (default: the training step in flight)."""
+        from verl.rewards.errors import AllRewardsFailedError
+
+        try:
+            result = reward_fn(batch, return_dict=True)
+        except AllRewardsFailedError as exc:
+            exc.context = context or f"training step {self._step_in_flight}"
+            raise
         batch.batch["token_level_scores"] = result["reward_tensor"]
         for key, values in result["reward_extra_info"].items():
             if len(values) == len(batch):
@@ -439,7 +452,10 @@ class StepStages(DynamicSampling):
         inputs = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
         outputs = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
         scores = batch.batch["token_level_scores"].sum(-1).tolist()
-        truths = [rm.get("ground_truth") for rm in batch.non_tensor_batch["reward_model"]]
+        # A run scored by a reward model alone (reward_model.combine=replace) may have no reward_model column.
+        columns = batch.non_tensor_batch
+        rms = columns["reward_model"] if "reward_model" in columns else [None] * len(batch)
+        truths = [rm.get("ground_truth") if isinstance(rm, dict) else None for rm in rms]
         uids = batch.non_tensor_batch["uid"]
         with open(path / f"{self.global_steps}.jsonl", "w") as fh:
             for i in range(len(batch)):

@@ -5,10 +5,12 @@ Follows ``verl/utils/tracking.py`` (``Tracking(project_name, experiment_name, de
 
 * ``console`` — one concise line per step (step, score, pg_loss, response length, SFT loss / val loss, step time,
   val-core/*), under a tqdm progress bar of the total steps when stdout is a terminal;
-* ``file`` — ``{run_dir}/metrics.jsonl``: one JSON object per ``log`` call, ``{"step": N, <metric>: value, ...}``,
-  flushed each step; NaN/inf become ``null`` so every line is strict JSON. A run that starts at step ``S``
-  (resumed from ``global_step_S``, or ``S = 0`` from scratch) first rewinds the file to ``S``
-  (:meth:`Tracking.rewind`), so after a crash and a resume it holds one row per step, as an uninterrupted run's;
+* ``file`` — ``{run_dir}/metrics.jsonl``: one JSON object per step, ``{"step": N, <metric>: value, ...}``,
+  fsynced when logged; NaN/inf become ``null`` so every line is strict JSON. :meth:`Tracking.update` merges later
+  metrics of the same step (validation) into that row, crash-safely
+  (:class:`~verl.trainer.trackers.file_backend.FileBackend`). A run that starts at step ``S`` (resumed from
+  ``global_step_S``, or ``S = 0`` from scratch) first rewinds the file to ``S`` (:meth:`Tracking.rewind`), so
+  after a crash and a resume it holds one row per step, as an uninterrupted run's;
 * ``tensorboard`` — scalars via ``torch.utils.tensorboard.SummaryWriter`` in ``$TENSORBOARD_DIR`` (as verl)
   or ``{run_dir}/tensorboard``; imported only when asked for.
 
@@ -37,14 +39,19 @@ import numpy as np
 
 from verl.config.schema.trainer import UNSHIPPED_LOGGERS, unshipped_logger_message
 from verl.trainer.trackers import OPTIONAL_BACKENDS, TrackingBackendError, check_installed, open_backend
+from verl.trainer.trackers.file_backend import (  # noqa: F401 - re-exported
+    GENERATIONS_FILE,
+    METRICS_FILE,
+    FileBackend,
+    Sample,
+    step_ranges,
+)
 from verl.trainer.trackers.values import scalar as _scalar
 from verl.trainer.trackers.values import to_json_safe
 
 logger = logging.getLogger(__name__)
 
 VALID_BACKENDS = ("console", "file", "tensorboard", *OPTIONAL_BACKENDS)
-METRICS_FILE = "metrics.jsonl"
-GENERATIONS_FILE = "val_generations.jsonl"
 _CONSOLE_KEYS = (
     ("critic/score/mean", "score"),
     ("actor/pg_loss", "pg_loss"),
@@ -53,8 +60,6 @@ _CONSOLE_KEYS = (
     ("val/loss", "val_loss"),
     ("timing_s/step", "step_s"),
 )
-
-Sample = tuple[str, str, float]  # (input text, output text, score)
 
 
 def _format(value: float) -> str:
@@ -111,86 +116,9 @@ class ConsoleBackend:
             self._bar = None
 
 
-def step_ranges(steps: Sequence[int]) -> str:
-    """Sorted step numbers as compact ranges for messages: ``[1, 2, 3, 7]`` -> ``"1-3, 7"``; ``[]`` -> ``""``."""
-    spans: list[list[int]] = []
-    for s in steps:
-        if spans and s == spans[-1][1] + 1:
-            spans[-1][1] = s
-        else:
-            spans.append([s, s])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
 def _shorten(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class FileBackend:
-    """Append JSON lines to ``{run_dir}/metrics.jsonl`` (and samples to ``val_generations.jsonl``)."""
-
-    def __init__(self, run_dir: Path):
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = run_dir / METRICS_FILE
-        self.generations_path = run_dir / GENERATIONS_FILE
-        self._fp: TextIO | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across steps
-
-    def log(self, data: Mapping[str, Any], step: int) -> None:
-        if self._fp is None:
-            raise ValueError(f"the file logger of {self.path} is closed")
-        safe = to_json_safe(dict(data))
-        record = {"step": step, **{k: v for k, v in safe.items() if k != "step"}}
-        self._fp.write(json.dumps(record, allow_nan=False) + "\n")
-        self._fp.flush()
-
-    def rewind(self, step: int) -> int:
-        """Keep only the rows a run starting at ``step`` will not write again; returns how many were dropped.
-
-        ``step > 0`` (resumed from ``global_step_{step}``): rows with ``"step" <= step`` stay. ``step == 0``
-        (from scratch): every row goes. Lines that are not a JSON object with an int ``"step"`` (a line torn
-        by a kill mid-write) are dropped too. The file is replaced atomically (temp file + ``os.replace``).
-        Logs a warning when a resumed run's file lacks rows up to ``step`` (a process stopped after saving
-        a checkpoint but before logging its step: those rows cannot be recovered).
-        """
-        if self._fp is None:
-            raise ValueError(f"the file logger of {self.path} is closed")
-        self._fp.flush()
-        kept: list[str] = []
-        dropped = 0
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                row_step = json.loads(line).get("step")
-            except (ValueError, AttributeError):
-                row_step = None
-            if isinstance(row_step, int) and step > 0 and row_step <= step:
-                kept.append(line)
-            else:
-                dropped += 1 if line.strip() else 0
-        logged = {json.loads(line)["step"] for line in kept}
-        missing = [s for s in range(1, step + 1) if s not in logged]
-        if logged and missing:
-            logger.warning("%s has no rows for steps %s (stopped before logging them)", self.path, step_ranges(missing))
-        if dropped == 0:
-            return 0
-        self._fp.close()
-        tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
-        self._fp = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open across steps
-        logger.info("%s: dropped %d rows after step %d (those steps run again)", self.path, dropped, step)
-        return dropped
-
-    def log_generations(self, samples: Sequence[Sample], step: int) -> None:
-        with open(self.generations_path, "a", encoding="utf-8") as fp:
-            for inp, out, score in samples:
-                record = {"step": step, "input": str(inp), "output": str(out), "score": to_json_safe(float(score))}
-                fp.write(json.dumps(record, allow_nan=False) + "\n")
-
-    def close(self, exit_code: int = 0) -> None:
-        if self._fp is not None:
-            self._fp.close()
-            self._fp = None
 
 
 class TensorboardBackend:
@@ -306,6 +234,26 @@ class Tracking:
             backend.log(data, step)
         if self.plot is not None:
             self.plot.maybe_refresh()
+
+    def update(self, data: Mapping[str, Any], step: int) -> None:
+        """Add metrics to the step logged last (validation after the step's training metrics).
+
+        ``metrics.jsonl`` merges them into the row of ``step`` when that is its last row (else appends a row), so
+        the file keeps one row per step (:meth:`FileBackend.update`); the other backends log them at ``step``
+        as :meth:`log` does (console: a second line; tensorboard, wandb, ...: more values at the same step).
+        """
+        for name, backend in self.backends.items():
+            if name == "file":
+                backend.update(data, step)
+            else:
+                backend.log(data, step)
+        if self.plot is not None:
+            self.plot.maybe_refresh()
+
+    def rows(self) -> list[dict[str, Any]] | None:
+        """The rows of ``metrics.jsonl`` (dicts with an int ``"step"``), or ``None`` without a ``file`` backend."""
+        backend = self.backends.get("file")
+        return backend.rows() if backend is not None else None
 
     def rewind(self, step: int) -> int:
         """Prepare the logs for a run that starts at ``step`` (resumed from ``global_step_{step}``; 0: fresh).

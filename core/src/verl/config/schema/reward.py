@@ -28,7 +28,8 @@ class RewardModelConfig:
 
     ``timeout_s``/``on_error``/``num_workers`` drive the reward manager that runs scorers in
     parallel: a scorer that raises, returns a bad value or exceeds ``timeout_s`` gives reward 0
-    (``zero``) or stops training (``fail``). ``isolation``/``memory_limit_mb`` decide where scorers
+    (``zero``) or stops training (``fail``); a call in which every sample failed stops training unless
+    ``stop_on_all_failed`` is false (not a verl key). ``isolation``/``memory_limit_mb`` decide where scorers
     run: ``auto`` runs ``custom_reward_function.path`` code in worker processes (killed on timeout,
     replaced on crash, address space limited) and the built-in rule scorers on threads (docs/reliability.md).
 
@@ -56,6 +57,11 @@ class RewardModelConfig:
     )
     timeout_s: float | None = fld(30.0, doc="per-sample scorer time limit in seconds; null = none")
     on_error: OnError = fld("zero", doc="scorer exception or timeout: zero = reward 0 and log; fail = raise")
+    stop_on_all_failed: bool = fld(
+        True,
+        doc="stop the run when every sample of a training step (or of a validation batch) failed to score, naming "
+        "the reward function and the first error; false = score them 0.0 (on_error=zero) and go on",
+    )
     num_workers: int = fld(8, doc="parallel scorer workers (processes or threads, see isolation)")
     isolation: Isolation = fld(
         "auto",

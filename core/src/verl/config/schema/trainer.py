@@ -105,8 +105,9 @@ class TrainerConfig:
     balance_batch: bool = fld(True, doc="reorder sequences so data-parallel ranks get equal token counts")
     max_nonfinite_steps: int | None = fld(
         5,
-        doc="stop the run (after a checkpoint) when this many consecutive optimizer steps were skipped for a "
-        "non-finite grad norm (actor/skipped_steps); null = never stop",
+        doc="stop the run (after a checkpoint) when more than this many consecutive optimizer steps were skipped "
+        "for a non-finite grad norm (actor/skipped_steps), or when it reaches its last step without applying one; "
+        "null = never stop",
     )
 
     @logger.validator
