@@ -53,7 +53,9 @@ The rules that come with the list:
   ``host`` of :meth:`Platform.new_sync_group` (the address the group's own sockets bind; a platform overriding the
   method should accept and pass it on: one that does not is still called without it); ``verl.engines.safe_files``
   (a checkpoint's data-only readers and writers, the non-finite check and the checkpoint errors), for an engine
-  that saves its own files.
+  that saves its own files, and ``verl.engines.safe_dcp`` (``torch.distributed.checkpoint`` files read without
+  unpickling objects: the metadata allow-list reader, the weights-only value planner mixin; verl-fsdp and
+  verl-megatron use it); an engine may answer the workers' non-finite check with ``nonfinite_state()``.
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -151,6 +153,7 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     "verl.engines.weight_sync.group": ("free_port",),
     "verl.platform.network": ("*",),
     "verl.engines.safe_files": ("*",),
+    "verl.engines.safe_dcp": ("*",),
     "verl.engines.weight_sync.layout": ("TP_KEY", "TensorParallelLayout", "divisors", "local_shape"),
     "verl.engines.weight_sync.reshard": ("dedupe_tied", "reshard_weights"),
     # 2.3: checks on an update for an engine that loads its own checkpoint copy (vLLM, SGLang, TensorRT-LLM).
