@@ -30,7 +30,7 @@ What this engine's checkpoints hold there (measured, CPU, world 1 and TP=2): ``c
 and a ``common_step`` tensor with Megatron's plain one; the ``.distcp`` values are the distributed optimizer's param
 groups and per-bucket sizes and ``None`` for every local-spec layer's ``_extra_state``: all plain data. The sharded
 load (:meth:`SafeTorchDistLoadStrategy.load`) follows megatron-core 0.16's ``TorchDistLoadShardedStrategy.load``
-with the reader and planner swapped (megatron-core is pinned to 0.16 for that reason). Every refusal raises
+with the reader and planner swapped (one more reason megatron-core is pinned to 0.16). Every refusal raises
 :class:`~verl.engines.safe_files.CheckpointFileError` naming the file.
 """
 
