@@ -164,6 +164,28 @@ def test_truncated_file_falls_back_naming_the_file(workspace, base_run, caplog, 
     assert _rows(run_dir) == [1, 2, 3]
 
 
+def test_a_verified_checkpoint_the_worker_cannot_load_is_refused_not_offered_for_resume(workspace, base_run, capsys):
+    """A checkpoint that verifies (manifest rewritten) but lacks a weight: the worker's load fails; the run stops with
+    exit 2 naming the checkpoint and the ways out, not "rerun to resume" from the same folder."""
+    from verl.engines.safe_files import load_tensors, save_tensors
+    from verl.trainer.checkpoint import read_health, write_manifest
+
+    run_dir = _copy(base_run, "unloadable")
+    step_dir = run_dir / "ckpt" / "global_step_2"
+    weights = _file(step_dir, WEIGHTS)
+    tensors = load_tensors(weights)
+    dropped = sorted(n for n in tensors if n.endswith("mlp.up_proj.weight"))[0]
+    del tensors[dropped]
+    save_tensors(weights, tensors)
+    write_manifest(step_dir, step=2, health=read_health(step_dir))
+    assert verl_main(_args(workspace, run_dir, 3)) == 2
+    err = capsys.readouterr().err
+    assert dropped in err and f"checkpoint {step_dir} could not be loaded; nothing was trained" in err, err
+    assert "trainer.resume_mode=disable" in err and "rerun to resume" not in err
+    assert "chained below" not in err and "verl train -v shows the worker's traceback" in err
+    assert _rows(run_dir) == [1, 2]
+
+
 # ---------------------------------------------------------------- non-finite weights under a valid manifest
 def test_nan_weights_with_a_valid_manifest_are_refused(workspace, base_run, capsys):
     from verl.engines.safe_files import load_tensors, save_tensors

@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -196,6 +197,32 @@ def _resume_hint(cfg, trainer) -> str:
     return f"stopped at step {step}; rerun to resume{how} from {latest[1]} (step {latest[0]})"
 
 
+def _print_error(exc: BaseException, verbose: bool) -> None:
+    """``error: <message>`` on stderr; with ``-v`` the traceback first (the exit status stays the caller's)."""
+    if verbose:
+        traceback.print_exception(exc)
+    text = str(exc)
+    if hasattr(exc, "summary"):  # a WorkerError: its last sentence points at a traceback only -v prints
+        text = exc.summary + ("" if verbose else " (verl train -v shows the worker's traceback)")
+    print(f"error: {text}", file=sys.stderr)
+
+
+def _refused_checkpoint(cfg, trainer) -> str:
+    """What to do when a worker cannot load the checkpoint being resumed (it verified, but does not load here)."""
+    found = None
+    if trainer is not None and hasattr(trainer, "checkpoints"):
+        try:  # verified once already in this process: answered from the cache
+            found = trainer.checkpoints.resolve_resume(cfg.trainer.resume_mode, cfg.trainer.resume_from_path)
+        except Exception:  # noqa: BLE001 - only for the message
+            found = None
+    which = f"checkpoint {found[1]}" if found else "the checkpoint"
+    return (
+        f"{which} could not be loaded; nothing was trained. Rerunning resumes from it again: remove or fix it, "
+        "resume from another (trainer.resume_mode=resume_path trainer.resume_from_path=<dir>/global_step_<N>), or "
+        "start over (trainer.resume_mode=disable)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Load and validate the config, then train; exit 2 on a config error, 1 on a run error, 128 + signal number
     when stopped by SIGINT / SIGTERM (130 / 143)."""
@@ -295,12 +322,14 @@ def _run(args: argparse.Namespace, stops) -> int:
         except WorkerError as exc:
             # A worker raised or died (names class, rank, method); checkpoints are written atomically,
             # so the last complete one is intact and `verl train` with resume_mode=auto continues from it.
+            if exc.method_name == "load_checkpoint" or isinstance(exc.__cause__, CheckpointError):
+                # A worker could not load its part of the checkpoint being resumed: rerunning would fail alike.
+                _print_error(exc, args.verbose)
+                print(f"verl train: {_refused_checkpoint(cfg, trainer)}", file=sys.stderr)
+                return 2
             if args.verbose:
                 raise
-            print(f"error: {exc}", file=sys.stderr)
-            if isinstance(exc.__cause__, CheckpointError):  # a worker refused its checkpoint part: no resume point
-                print("verl train: the checkpoint was refused; nothing was trained", file=sys.stderr)
-                return 2
+            print(f"error: {exc.summary} (verl train -v shows the worker's traceback)", file=sys.stderr)
             print(f"verl train: {_resume_hint(cfg, trainer)}", file=sys.stderr)
             return 1
         except (NonFiniteStepsError, RewardFunctionError, DynamicSamplingError) as exc:
@@ -328,9 +357,7 @@ def _run(args: argparse.Namespace, stops) -> int:
         except CheckpointError as exc:
             # Resume refused a checkpoint (damaged, old pickle format, non-finite, a state file that does not fit
             # this run): the message names the file and the way out; nothing was trained.
-            if args.verbose:
-                raise
-            print(f"error: {exc}", file=sys.stderr)
+            _print_error(exc, args.verbose)
             return 2
     except KeyboardInterrupt as exc:  # SIGINT / SIGTERM (verl.trainer.stops): no traceback, the resume point
         signum = getattr(exc, "signum", signal.SIGINT)

@@ -18,6 +18,7 @@ class WorkerError(RuntimeError):
         method_name: name of the method called on the worker.
         world_size: size of the group, or ``None`` when unknown.
         failed_ranks: every rank of this call that failed, in rank order (``rank`` is the first).
+        summary: the message without its last sentence (which points at the chained traceback).
     """
 
     def __init__(
@@ -38,10 +39,10 @@ class WorkerError(RuntimeError):
         where = f"rank {rank}" if world_size is None else f"rank {rank} of world size {world_size}"
         others = [r for r in self.failed_ranks if r != rank]
         also = f" (ranks {others} failed as well)" if others else ""
-        super().__init__(
-            f"{worker_class}.{method_name} failed on {where}{also}: {type(cause).__name__}: {cause}. "
-            "The worker's traceback is chained below."
-        )
+        reason = str(cause).rstrip().rstrip(".")
+        #: The message without the pointer to the chained traceback (for a CLI that prints errors plainly).
+        self.summary = f"{worker_class}.{method_name} failed on {where}{also}: {type(cause).__name__}: {reason}."
+        super().__init__(f"{self.summary} The worker's traceback is chained below.")
         self.__cause__ = cause
 
 
