@@ -51,9 +51,16 @@ def _verify(paths: list[str]) -> int:
 
     failed = 0
     for given in paths:
-        folders = _step_folders(Path(os.path.expanduser(given)))
+        target = Path(os.path.expanduser(given))
+        folders = _step_folders(target)
         if not folders:
-            print(f"error: {given}: no global_step_<N> folder", file=sys.stderr)
+            if not target.exists():
+                reason = "does not exist"
+            elif (target / "checkpoints").is_dir():  # a --run-dir folder: its checkpoints are one level down
+                reason = f"no global_step_<N> folder here; the run's checkpoints are in {target / 'checkpoints'}"
+            else:
+                reason = "no global_step_<N> folder"
+            print(f"error: {given}: {reason}", file=sys.stderr)
             failed += 1
         for folder in folders:
             try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -69,8 +70,25 @@ def _launch_ranks(cfg: Any, items: list[str]) -> int:
             print(f"verl sft: config error:\n{exc}", file=sys.stderr)
             return 2
     resolve_model_path(cfg.model.path)  # a GGUF default model is converted once, here, not by every rank
+    from verl.trainer.stops import StopSignals
+
     print(f"verl sft: starting {t.n_gpus_per_node} ranks of verl.trainer.sft_trainer on this node", file=sys.stderr)
-    return launch_ranks(t.n_gpus_per_node, items)
+    stops = StopSignals()  # SIGTERM to this launcher stops the ranks as Ctrl-C does (launch_ranks forwards it)
+    stops.install()
+    try:
+        return launch_ranks(t.n_gpus_per_node, items)
+    finally:
+        stops.restore()
+
+
+def _stop_hint(trainer: Any) -> str:
+    """``stopped at step N; rerun to resume from <checkpoint>``: where the same command continues."""
+    if trainer is None:
+        return "stopped before training started"
+    latest = trainer.checkpoints.latest() if trainer.checkpoints is not None else None
+    if latest is None:
+        return f"stopped at step {trainer.global_step}; rerun to resume: no checkpoint was saved yet, so it starts over"
+    return f"stopped at step {trainer.global_step}; rerun to resume from {latest[1]} (step {latest[0]})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,9 +112,13 @@ def run(args: argparse.Namespace) -> int:
         return _launch_ranks(cfg, [*args.items, *(["-v"] if args.verbose else [])])
     from verl.trainer.sft_ranks import leave_process_group
     from verl.trainer.sft_trainer import SFTTrainer
+    from verl.trainer.stops import StopSignals, exit_status
 
+    stops = StopSignals()
+    stops.install()
+    trainer = None
     try:
-        trainer = SFTTrainer(cfg)
+        trainer = SFTTrainer(cfg, stops=stops)
         metrics = trainer.fit()
     except ConfigError as exc:
         print(f"verl sft: config error:\n{exc}", file=sys.stderr)
@@ -104,6 +126,13 @@ def run(args: argparse.Namespace) -> int:
     except (SFTRowError, CheckpointError, FileNotFoundError) as exc:
         print(f"verl sft: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:  # SIGINT / SIGTERM (verl.trainer.stops): one line, no traceback
+        signum = getattr(exc, "signum", signal.SIGINT)
+        if trainer is None or trainer.world.is_main:
+            print(f"verl sft: {signal.Signals(signum).name}: {_stop_hint(trainer)}", file=sys.stderr)
+        return exit_status(signum)
+    finally:
+        stops.restore()
     leave_process_group(trainer.world)
     if not trainer.world.is_main:
         return 0

@@ -145,7 +145,9 @@ def _ask(python: str) -> dict:
         return json.loads(out.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         detail = getattr(exc, "stderr", "") or exc
-        raise ValueError(f"config.python={python!r} did not answer as a Python interpreter: {detail}") from None
+        raise ValueError(
+            f"CodeInterpreterTool config.python={python!r} did not answer as a Python interpreter: {detail}"
+        ) from None
 
 
 def dedicated_interpreter(python: str) -> Interpreter:
@@ -165,7 +167,7 @@ def dedicated_interpreter(python: str) -> Interpreter:
     own = _real_dirs(info["path"]) | _real_dirs(info["site"])
     executable = os.path.abspath(info["executable"])
     hidden = _hidden(trainer_code_dirs() - own, roots, [executable, *own])
-    _check_inside(executable, roots, f"config.python={python!r}")
+    _check_inside(executable, roots, f"CodeInterpreterTool config.python={python!r}")
     return Interpreter(executable=executable, roots=roots, hidden=hidden, packages=True, version=info["version"])
 
 

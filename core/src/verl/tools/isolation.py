@@ -140,7 +140,8 @@ def _bwrap_reason(interpreter: Interpreter) -> tuple[str | None, str | None]:
                     f"the trainer runs as root, so the box starts as uid {BOX_UID}, which cannot reach {path}: "
                     f"{blocked} is closed to it. Run the trainer as a non-root user, set the tool's config.python "
                     f"to an interpreter installed where every user can read it (e.g. /usr/bin/python3), or make "
-                    f"the folder readable (TMPDIR for the call folders)"
+                    f"the folder readable by uid {BOX_UID} (the call folders are made under TMPDIR: it must be "
+                    f"reachable too)"
                 )
     return bwrap, None
 

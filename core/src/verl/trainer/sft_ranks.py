@@ -9,7 +9,9 @@ torchrun's environment, torch's process supervisor, a rendezvous store on loopba
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -96,7 +98,9 @@ def launch_ranks(n_procs: int, argv: Sequence[str]) -> int:
     first failing rank's exit code (0 when every rank succeeded).
 
     torch's own process supervisor (``torch.distributed.elastic.multiprocessing.start_processes``, what torchrun runs
-    its ranks with) starts, watches and stops the ranks: when one fails the others are stopped. Not torchrun itself:
+    its ranks with) starts, watches and stops the ranks: when one fails the others are stopped; on Ctrl-C the ranks
+    (which got it too) stop on their own and the launcher waits for them; a SIGTERM to the launcher is forwarded to
+    them. Returns ``128 + signal`` then. Not torchrun itself:
     torchrun's agent serves its rendezvous store from torch's ``TCPStore``, which listens on every interface; here
     rank 0 hosts the store on 127.0.0.1 (:func:`verl.platform.network.join_default_group`).
     """
@@ -113,9 +117,13 @@ def launch_ranks(n_procs: int, argv: Sequence[str]) -> int:
     )
     try:
         result = context.wait()
-    except KeyboardInterrupt:  # the ranks got the same Ctrl-C (one process group); stop what is left
-        context.close()
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM to this launcher (verl sft installs verl.trainer.stops)
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        if signum == signal.SIGINT:  # a terminal's Ctrl-C reached the ranks too: let them stop cleanly first
+            with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stop them now
+                context.wait(timeout=120)
+        context.close(death_sig=signal.SIGTERM)  # the stop forwarded to ranks still running; then killed
+        return 128 + signum
     if result is None:  # still running: wait() only returns early on failure or completion
         context.close()
         return 1

@@ -48,7 +48,7 @@ class SFTTrainer:
             fewer training rows than ``data.train_batch_size``, or a ``model.path`` that does not resolve.
     """
 
-    def __init__(self, config: SFTConfig, *, tokenizer: Any = None) -> None:
+    def __init__(self, config: SFTConfig, *, tokenizer: Any = None, stops: Any = None) -> None:
         from verl.config.errors import ConfigError
         from verl.data.sampler import StatefulSampler
         from verl.data.sft_dataset import SFTDataset
@@ -118,6 +118,11 @@ class SFTTrainer:
         self.run_dir = Path(t.default_local_dir).expanduser()
         # One writer of the run folder's checkpoints (and their scratch clean-up): rank 0.
         self.checkpoints = CheckpointManager(self.run_dir, t.max_ckpt_to_keep or None) if self.world.is_main else None
+        from verl.trainer.stops import StopSignals
+
+        # SIGINT/SIGTERM wait while a checkpoint is saved (verl sft installs it; not installed, it changes nothing).
+        self.stops = stops if stops is not None else StopSignals()
+        self._updates = [0, 0]  # optimizer updates applied / skipped (non-finite grad norm) since the last save
         self.global_step = 0
         self.total_tokens = 0
 
@@ -225,6 +230,7 @@ class SFTTrainer:
             "engine": self.strategy,
             "world_size": self.world.world_size,
         }
+        health = self._health()  # collective: every rank checks its weights
         if not self.world.is_main:
             target = broadcast_from_main(None, self.world)
             if target is not None:
@@ -240,12 +246,29 @@ class SFTTrainer:
             self._write_actor(path)
 
         try:
-            saved = self.checkpoints.save(self.global_step, {"actor": write_actor, "data.json": loop})
+            saved = self.checkpoints.save(
+                self.global_step, {"actor": write_actor, "data.json": loop}, health=lambda: health
+            )
         finally:
             if not sent:  # failed before the shards: release the other ranks
                 broadcast_from_main(None, self.world)
             barrier(self.world)
         return saved
+
+    def _health(self) -> Any:
+        """The checkpoint's :class:`~verl.trainer.checkpoint.CheckpointHealth`: whether every rank's weights are
+        finite (summed over the ranks; names from rank 0) and the updates applied / skipped since the last save."""
+        from verl.engines.safe_files import engine_nonfinite_state
+        from verl.trainer.checkpoint import CheckpointHealth
+        from verl.trainer.sft_ranks import all_reduce_sum
+
+        names = engine_nonfinite_state(self.engine)[0]
+        total = int(all_reduce_sum([float(len(names))], self.device, self.world)[0])
+        applied, skipped = self._updates
+        self._updates = [0, 0]
+        return CheckpointHealth(
+            weights_finite=total == 0, updates_applied=applied, updates_skipped=skipped, nonfinite=sorted(names)
+        )
 
     def resume(self) -> int:
         """Restore the checkpoint ``trainer.resume_mode`` picks; returns its step (0 = from scratch).
@@ -359,6 +382,9 @@ class SFTTrainer:
                 batch, tokens = self._next_batch()
                 # The engines return global values: a sharded engine sums the loss over its ranks.
                 raw = self.engine.train_batch(batch, self.loss_fn)
+                norms = [float(v) for v in raw.get("train/grad_norm", [])]
+                self._updates[0] += sum(1 for v in norms if math.isfinite(v))
+                self._updates[1] += sum(1 for v in norms if not math.isfinite(v))
                 step_s = time.perf_counter() - started
                 self.global_step += 1
                 metrics = {k: sum(v) / len(v) for k, v in raw.items() if v}
@@ -375,7 +401,9 @@ class SFTTrainer:
                 if tracking is not None:
                     tracking.log(metrics, self.global_step)
                 if last or (t.save_freq > 0 and self.global_step % t.save_freq == 0):
-                    self.save_checkpoint()
+                    with self.stops.step():  # a stop signal waits for the checkpoint (docs/reliability.md)
+                        self.stops.hold(f"checkpoint global_step_{self.global_step} is saved")
+                        self.save_checkpoint()
                 if on_step is not None:
                     on_step(self.global_step, metrics)
         self.save_final_hf()
