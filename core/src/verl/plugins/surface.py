@@ -55,7 +55,9 @@ The rules that come with the list:
   (a checkpoint's data-only readers and writers, the non-finite check and the checkpoint errors), for an engine
   that saves its own files, and ``verl.engines.safe_dcp`` (``torch.distributed.checkpoint`` files read without
   unpickling objects: the metadata allow-list reader, the weights-only value planner mixin; verl-fsdp and
-  verl-megatron use it); an engine may answer the workers' non-finite check with ``nonfinite_state()``.
+  verl-megatron use it); an engine may answer the workers' non-finite check with ``nonfinite_state()``; and
+  ``verl.tools.code_interpreter.CodeInterpreterTool`` and ``verl.tools.sandbox``'s ``run_python`` /
+  ``SandboxLimits`` / ``RunResult``: the box for model-written code, for a tool or scorer that runs it.
 * The engine base classes listed here (``ReferenceTrainingEngine``, ``ReferenceCriticEngine``,
   ``EngineSettings``) are extension points: a backend may subclass them and override the documented
   hooks (see their docstrings). Private attributes (``_name``) are not part of the promise.
@@ -153,6 +155,8 @@ PLUGIN_API_SURFACE: dict[str, tuple[str, ...]] = {
     "verl.engines.weight_sync.group": ("free_port",),
     "verl.platform.network": ("*",),
     "verl.engines.safe_files": ("*",),
+    "verl.tools.code_interpreter": ("CodeInterpreterTool",),
+    "verl.tools.sandbox": ("run_python", "SandboxLimits", "RunResult"),
     "verl.engines.safe_dcp": ("*",),
     "verl.engines.weight_sync.layout": ("TP_KEY", "TensorParallelLayout", "divisors", "local_shape"),
     "verl.engines.weight_sync.reshard": ("dedupe_tied", "reshard_weights"),
