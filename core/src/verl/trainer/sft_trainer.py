@@ -257,7 +257,12 @@ class SFTTrainer:
 
     def _health(self) -> Any:
         """The checkpoint's :class:`~verl.trainer.checkpoint.CheckpointHealth`: whether every rank's weights are
-        finite (summed over the ranks; names from rank 0) and the updates applied / skipped since the last save."""
+        finite (summed over the ranks; names from rank 0) and the updates applied / skipped since the last save, whose
+        counts it then resets. Collective: every rank calls it.
+
+        Raises:
+            RuntimeError: the all-reduce over the ranks failed (torch.distributed's error).
+        """
         from verl.engines.safe_files import engine_nonfinite_state
         from verl.trainer.checkpoint import CheckpointHealth
         from verl.trainer.sft_ranks import all_reduce_sum

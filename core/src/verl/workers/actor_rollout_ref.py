@@ -307,21 +307,17 @@ class ActorRolloutRefWorker(Worker):
         """``(address, free port)`` where the trainer's sender hosts the sync group on this rank's node.
 
         ``127.0.0.1`` when the trainer and rollout pools share this node (``spans_nodes`` False), else this node's
-        outward address (:func:`verl.platform.network.listen_host`); the sync group's store and sockets bind it.
+        address in the Ray cluster (pools on several nodes are Ray pools); the sync group's store and sockets bind
+        it (:mod:`verl.platform.network`).
         """
-        import socket
+        from verl.platform.network import LOOPBACK_HOST, free_port
 
-        from verl.platform.network import free_port, listen_host
-
-        ip = "127.0.0.1"
         if spans_nodes:
-            try:
-                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-                    probe.connect(("8.8.8.8", 80))  # no packet is sent; picks the outward interface
-                    ip = probe.getsockname()[0]
-            except OSError:
-                ip = "127.0.0.1"
-        host = listen_host(spans_nodes, ip)
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        else:
+            host = LOOPBACK_HOST
         return host, free_port(host)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
